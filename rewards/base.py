@@ -1,0 +1,111 @@
+"""The reward protocol, its batched input, and weighted sums of rewards."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Protocol, runtime_checkable
+
+import torch
+from torch import Tensor
+
+from trainer.batch import Batch, Example, collate
+from trainer.vocab import Vocabulary
+
+
+@dataclass
+class RewardInput:
+    """Hypotheses to score, with everything a reward may compare them to, on one device.
+
+    hyp [B, T] extended ids (see `trainer.vocab`), positions >= hyp_lens are padding and the
+    </s> token is not part of the hypothesis. `batch` carries references (`ref`, `ref_sentence`,
+    `references`), sources and the has-reference mask.
+    """
+
+    hyp: Tensor
+    hyp_lens: Tensor
+    batch: Batch
+    vocab: Vocabulary
+    _tokens: list[list[str]] | None = field(default=None, repr=False)
+
+    @property
+    def device(self) -> torch.device:
+        return self.hyp.device
+
+    @property
+    def has_reference(self) -> Tensor:
+        return self.batch.has_reference
+
+    def hyp_tokens(self) -> list[list[str]]:
+        """Decoded hypothesis tokens (one host transfer for the batch, computed once)."""
+        if self._tokens is None:
+            rows, lens = self.hyp.tolist(), self.hyp_lens.tolist()
+            self._tokens = [self.vocab.decode(r[:n], o, stop_at_eos=False)
+                            for r, n, o in zip(rows, lens, self.batch.oovs)]
+        return self._tokens
+
+    @classmethod
+    def from_decoded(cls, ids: Tensor, lengths: Tensor, batch: Batch, vocab: Vocabulary) -> "RewardInput":
+        """From decoder output, whose `lengths` count the </s> step when one was produced."""
+        ended = (ids.gather(1, (lengths - 1).clamp(min=0)[:, None])[:, 0] == vocab.eos_id) & (lengths > 0)
+        hyp_lens = lengths - ended.long()
+        positions = torch.arange(ids.size(1), device=ids.device)[None]
+        hyp = ids.masked_fill(positions >= hyp_lens[:, None], vocab.pad_id)
+        return cls(hyp=hyp, hyp_lens=hyp_lens, batch=batch, vocab=vocab)
+
+    @classmethod
+    def from_texts(cls, hypotheses: list[list[str]], references: list[list[list[str]] | None],
+                   vocab: Vocabulary, sources: list[list[str]] | None = None,
+                   device: torch.device | str = "cpu") -> "RewardInput":
+        """Score plain token lists (scripts, evaluation): hypotheses become extended ids of
+        `vocab`, sharing each example's OOV list with its source and reference."""
+        sources = sources or [[] for _ in hypotheses]
+        examples = [Example(id=str(i), source=s, reference=r)
+                    for i, (s, r) in enumerate(zip(sources, references))]
+        batch = collate(examples, vocab, max_source_len=10**9, max_target_len=10**9)
+        hyp = [vocab.extended_ids(h, oovs) for h, oovs in zip(hypotheses, batch.oovs)]
+        width = max([len(h) for h in hyp] + [1])
+        ids = torch.tensor([h + [vocab.pad_id] * (width - len(h)) for h in hyp], dtype=torch.long)
+        lens = torch.tensor([len(h) for h in hyp], dtype=torch.long)
+        return cls(hyp=ids.to(device), hyp_lens=lens.to(device), batch=batch.to(device), vocab=vocab,
+                   _tokens=[list(h) for h in hypotheses])
+
+
+@runtime_checkable
+class Reward(Protocol):
+    """A reward scores a batch of hypotheses: float tensor [B] on the input's device.
+
+    Reference-based rewards (`needs_reference`) may return anything for examples without a
+    reference; callers mask those entries (see `WeightedSum`).
+    """
+
+    name: str
+    needs_reference: bool
+
+    def __call__(self, inputs: RewardInput) -> Tensor: ...
+
+
+class WeightedSum:
+    """sum_k w_k r_k, itself a reward. A reference-based term adds nothing where there is no reference."""
+
+    def __init__(self, terms: Mapping[str, Reward], weights: Mapping[str, float],
+                 name: str | None = None):
+        missing = set(terms) ^ set(weights)
+        if missing:
+            raise ValueError(f"WeightedSum: terms and weights must name the same rewards; mismatch: {sorted(missing)}")
+        self.terms = dict(terms)
+        self.weights = {k: float(v) for k, v in weights.items()}
+        self.name = name or "+".join(f"{self.weights[k]:g}*{t.name}" for k, t in self.terms.items())
+        self.needs_reference = all(t.needs_reference for t in self.terms.values())
+
+    def components(self, inputs: RewardInput) -> dict[str, Tensor]:
+        """Each term's reward, zeroed where it needs a reference that the example lacks."""
+        out = {}
+        for key, term in self.terms.items():
+            value = term(inputs)
+            if term.needs_reference:
+                value = torch.where(inputs.has_reference, value, torch.zeros_like(value))
+            out[key] = value
+        return out
+
+    def __call__(self, inputs: RewardInput) -> Tensor:
+        parts = self.components(inputs)
+        return sum(self.weights[k] * v for k, v in parts.items())
