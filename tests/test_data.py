@@ -1,0 +1,127 @@
+import json
+
+import pytest
+
+from trainer.batch import Example, collate
+from trainer.data import RatioSplit, SummarizationData, tokenize_records
+from trainer.demo import FIRST, DemoCorpus
+from trainer.sources import DataError, Fields, HubDataset, LocalFile
+from trainer.vocab import Vocabulary, tokenize_sentences
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+def test_vocabulary_round_trip_and_oov_mapping(tmp_path):
+    vocab = Vocabulary.build([["a", "b", "b", "c", "c", "c"]], size=6)
+    assert vocab.itos[4:] == ["c", "b"]  # most frequent first, size counts the 4 specials
+    vocab.save(tmp_path / "v.txt")
+    assert Vocabulary.load(tmp_path / "v.txt") == vocab
+
+    oovs: list[str] = []
+    ids = vocab.extended_ids(["c", "zork", "b", "zork", "a"], oovs)
+    assert oovs == ["zork", "a"]
+    assert ids == [4, 6, 5, 6, 7]
+    assert vocab.ids(["c", "zork"]) == [4, vocab.unk_id]
+    assert vocab.decode(ids + [vocab.eos_id, 4], oovs) == ["c", "zork", "b", "zork", "a"]
+
+
+def test_collate_extended_ids_targets_and_reference_only_oovs():
+    vocab = Vocabulary(["the", "cat", "sat", "."])
+    ex = Example("1", ["the", "zorblax", "sat", "."], [["zorblax", "sat", "."], ["the", "quimbey", "."]])
+    batch = collate([ex, Example("2", ["the", "cat"], None)], vocab, max_target_len=100)
+    V = len(vocab)
+    assert batch.oovs[0] == ["zorblax", "quimbey"] and batch.n_copy_oovs == 1
+    assert batch.src[0].tolist() == [4, vocab.unk_id, 6, 7]
+    assert batch.src_ext[0].tolist() == [4, V, 6, 7]
+    # the copyable OOV keeps its extended id; the reference-only one is <unk> for the model ...
+    assert batch.target[0].tolist() == [V, 6, 7, 4, vocab.unk_id, 7, vocab.eos_id]
+    assert batch.dec_in[0].tolist() == [vocab.bos_id, vocab.unk_id, 6, 7, 4, vocab.unk_id, 7]
+    # ... but distinct on the reward side, with sentence indices
+    assert batch.ref[0].tolist() == [V, 6, 7, 4, V + 1, 7]
+    assert batch.ref_sentence[0].tolist() == [0, 0, 0, 1, 1, 1]
+    assert batch.has_reference.tolist() == [True, False]
+    assert not batch.target_mask[1].any()
+
+
+def test_truncated_target_has_no_eos():
+    vocab = Vocabulary(["a"])
+    batch = collate([Example("1", ["a"], [["a"] * 10])], vocab, max_target_len=5)
+    assert batch.target[0].tolist() == [4] * 5
+    assert batch.ref.size(1) == 10  # the reward sees the full reference
+
+
+def test_bad_jsonl_line_names_file_and_line(tmp_path):
+    path = write_jsonl(tmp_path / "d.jsonl", [{"id": 1, "article": "a b", "highlights": "c"}, "{not json"])
+    with pytest.raises(DataError, match=r"d\.jsonl:2: malformed JSON"):
+        list(LocalFile(str(path)).records())
+
+
+@pytest.mark.parametrize("row, message", [
+    ({"id": 1, "highlights": "x"}, r"d\.jsonl:1: missing field 'article'"),
+    ({"id": 1, "article": 3, "highlights": "x"}, r"d\.jsonl:1: field 'article' must be a string, got int"),
+    (["a"], r"d\.jsonl:1: expected an object"),
+])
+def test_bad_fields_are_named(tmp_path, row, message):
+    path = write_jsonl(tmp_path / "d.jsonl", [row])
+    with pytest.raises(DataError, match=message):
+        list(LocalFile(str(path)).records())
+
+
+def test_csv_and_configurable_fields(tmp_path):
+    path = tmp_path / "d.csv"
+    path.write_text("key,text,tldr\nx1,The cat sat. It slept.,A cat sat.\nx2,Hello world.,\n")
+    source = LocalFile(str(path), fields=Fields(article="text", summary="tldr", id="key"))
+    examples = tokenize_records(source, pretokenized=False)
+    assert len(examples) == 1  # the empty summary is skipped
+    assert examples[0].id == "x1"
+    assert examples[0].source == ["the", "cat", "sat", ".", "it", "slept", "."]
+    assert examples[0].reference == [["a", "cat", "sat", "."]]
+
+
+def test_hub_loader_code_path_on_a_local_file(tmp_path):
+    path = write_jsonl(tmp_path / "d.jsonl", [{"id": f"i{i}", "article": f"w{i} x .", "highlights": f"w{i}"}
+                                              for i in range(5)])
+    source = HubDataset(path="json", name=None, split="train", data_files=str(path))
+    records = list(source.records())
+    assert [r.id for r in records] == [f"i{i}" for i in range(5)]
+    assert records[2].where == "json[train] row 2"
+
+
+def test_tokenizer_ptb_like_and_pretokenized():
+    assert tokenize_sentences("He didn't go. She did!") == [["he", "did", "n't", "go", "."], ["she", "did", "!"]]
+    assert tokenize_sentences("a b .\nc d .", pretokenized=True) == [["a", "b", "."], ["c", "d", "."]]
+    assert tokenize_sentences("a b . c d", pretokenized=True) == [["a", "b", "."], ["c", "d"]]
+
+
+def test_ratio_split_exclusions_and_vocab_cache(tmp_path):
+    exclude = tmp_path / "heldout.tsv"
+    exclude.write_text("id\theldout_sets\ndemo-00001\tx\ndemo-00002\ty\n")
+    kwargs = dict(train=DemoCorpus(200, seed=1), split=RatioSplit(0.8, 0.1, 0.1, seed=3), exclude_ids=str(exclude),
+                  pretokenized=True, vocab_size=300, cache_dir=str(tmp_path / "cache"), name="t")
+    data = SummarizationData(**kwargs)
+    data.setup()
+    ids = {k: {e.id for e in v} for k, v in data.splits.items()}
+    assert {"demo-00001", "demo-00002"} <= ids["test"]
+    assert not ({"demo-00001", "demo-00002"} & (ids["train"] | ids["val"]))
+    assert sum(len(v) for v in ids.values()) == 200 and len(ids["train"]) == round(0.8 * 198)
+    assert len(list((tmp_path / "cache" / "vocab").iterdir())) == 1
+    again = SummarizationData(**kwargs)
+    again.setup()
+    assert again.vocab == data.vocab and again.splits["train"][0].id == data.splits["train"][0].id
+    batch = next(iter(data.train_dataloader()))
+    assert batch.src.shape[0] == 16
+
+
+def test_demo_corpus_is_deterministic_and_needs_copying():
+    a = [(r.article, r.summary) for r in DemoCorpus(50, seed=0).records()]
+    assert a == [(r.article, r.summary) for r in DemoCorpus(50, seed=0).records()]
+    assert a != [(r.article, r.summary) for r in DemoCorpus(50, seed=1).records()]
+    # every summary sentence names a person (first name + invented surname) found in its article
+    for article, summary in a:
+        for line in summary.split("\n"):
+            words = line.split()
+            first = next(i for i, w in enumerate(words) if w in FIRST)
+            assert " ".join(words[first:first + 2]) in article

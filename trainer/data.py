@@ -1,0 +1,140 @@
+"""The data module: read sources, tokenize, split, build (and cache) the vocabulary, batch."""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import pytorch_lightning as pl
+from torch.utils.data import DataLoader
+
+from trainer.batch import Example, collate
+from trainer.sources import DataError, Source, read_id_list
+from trainer.vocab import Vocabulary, ensure_final_period, tokenize_sentences
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RatioSplit:
+    """Split one source into train/val/test by ratio, shuffled with a fixed seed."""
+
+    train: float = 0.9
+    val: float = 0.05
+    test: float = 0.05
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if min(self.train, self.val, self.test) < 0 or abs(self.train + self.val + self.test - 1) > 1e-6:
+            raise ValueError(f"split ratios must be non-negative and sum to 1, got "
+                             f"train={self.train} val={self.val} test={self.test}")
+
+    def apply(self, examples: list[Example]) -> dict[str, list[Example]]:
+        order = sorted(examples, key=lambda e: e.id)  # independent of the source's row order
+        random.Random(self.seed).shuffle(order)
+        n_train, n_val = round(self.train * len(order)), round(self.val * len(order))
+        return {"train": order[:n_train], "val": order[n_train:n_train + n_val],
+                "test": order[n_train + n_val:]}
+
+
+def tokenize_records(source: Source, pretokenized: bool, domain: str = "supervised") -> list[Example]:
+    """Tokenize every record; empty articles or summaries are skipped and counted in the log."""
+    examples, skipped = [], 0
+    for record in source.records():
+        article = [t for sentence in tokenize_sentences(record.article, pretokenized) for t in sentence]
+        reference = None
+        if record.summary is not None:
+            reference = ensure_final_period(tokenize_sentences(record.summary, pretokenized))
+        if not article or reference == []:
+            skipped += 1
+            continue
+        examples.append(Example(id=record.id, source=article, reference=reference, domain=domain))
+    if skipped:
+        log.warning("skipped %d records with an empty article or summary (kept %d)", skipped, len(examples))
+    if not examples:
+        raise DataError(f"{type(source).__name__}: no usable records")
+    return examples
+
+
+class SummarizationData(pl.LightningDataModule):
+    """Train/val/test splits of article-summary pairs and the vocabulary built on the training split.
+
+    Either give each split its own source, or one `train` source plus a `split` by ratio. Ids listed in
+    `exclude_ids` (a file) never enter train or val; with a ratio split they are moved to test.
+    """
+
+    def __init__(self, train: Source, val: Source | None = None, test: Source | None = None,
+                 split: RatioSplit | None = None, exclude_ids: str | None = None, pretokenized: bool = False,
+                 vocab_size: int = 50_000, max_source_len: int = 400, max_target_len: int = 100,
+                 batch_size: int = 16, eval_batch_size: int = 32, val_sample_size: int = 200,
+                 test_size: int | None = None, num_workers: int = 0, cache_dir: str = "~/.cache/sumrl",
+                 name: str = "data"):
+        super().__init__()
+        if split is None and (val is None or test is None):
+            raise ValueError("data: give `val` and `test` sources, or a `split` of the train source")
+        self.sources = {"train": train, "val": val, "test": test}
+        self.split, self.exclude_ids, self.pretokenized = split, exclude_ids, pretokenized
+        self.vocab_size, self.max_source_len, self.max_target_len = vocab_size, max_source_len, max_target_len
+        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
+        self.val_sample_size, self.test_size, self.num_workers = val_sample_size, test_size, num_workers
+        self.cache_dir, self.name = Path(cache_dir).expanduser(), name
+        self.splits: dict[str, list[Example]] = {}
+        self.vocab: Vocabulary | None = None
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.splits:
+            return
+        excluded = read_id_list(self.exclude_ids) if self.exclude_ids else set()
+        if self.split is not None:
+            pool = tokenize_records(self.sources["train"], self.pretokenized)
+            self.splits = self.split.apply([e for e in pool if e.id not in excluded])
+            self.splits["test"] += [e for e in pool if e.id in excluded]
+        else:
+            self.splits = {name: tokenize_records(source, self.pretokenized)
+                           for name, source in self.sources.items()}
+            for name in ("train", "val"):
+                self.splits[name] = [e for e in self.splits[name] if e.id not in excluded]
+        if self.test_size is not None:
+            self.splits["test"] = self.splits["test"][: self.test_size]
+        for name, examples in self.splits.items():
+            if not examples:
+                raise DataError(f"data {self.name!r}: split {name!r} is empty")
+        log.info("data %s: %s", self.name, {k: len(v) for k, v in self.splits.items()})
+        self.vocab = self._cached_vocabulary()
+
+    def _cached_vocabulary(self) -> Vocabulary:
+        """Build the vocabulary from the training split once; later runs on the same data reuse it.
+
+        The key hashes the training text itself, not the config, so an edited data file never
+        picks up a stale vocabulary."""
+        digest = hashlib.sha1(json.dumps([self.vocab_size, self.max_source_len]).encode())
+        for e in self.splits["train"]:
+            digest.update(" ".join([e.id, *e.source, *(t for s in e.reference or [] for t in s)]).encode())
+        path = self.cache_dir / "vocab" / f"{self.name}-{digest.hexdigest()[:16]}.txt"
+        if path.exists():
+            return Vocabulary.load(path)
+        vocab = Vocabulary.build(
+            (tokens for e in self.splits["train"]
+             for tokens in [e.source[: self.max_source_len], *(e.reference or [])]), self.vocab_size)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        vocab.save(path)
+        return vocab
+
+    def _loader(self, examples: list[Example], batch_size: int, shuffle: bool) -> DataLoader:
+        return DataLoader(examples, batch_size=batch_size, shuffle=shuffle, num_workers=self.num_workers,
+                          collate_fn=partial(collate, vocab=self.vocab, max_source_len=self.max_source_len,
+                                             max_target_len=self.max_target_len))
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.splits["train"], self.batch_size, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        """A fixed validation sample: the first `val_sample_size` examples of the val split."""
+        return self._loader(self.splits["val"][: self.val_sample_size], self.eval_batch_size, shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader(self.splits["test"], self.eval_batch_size, shuffle=False)

@@ -1,0 +1,37 @@
+"""Cheap on-device statistics of sampled summaries, to see reward hacking early."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def ngram_keys(ids: Tensor, lengths: Tensor, n: int, base: int) -> tuple[Tensor, Tensor]:
+    """Each n-gram of each row as one int64 key (ids < base), and a mask of n-grams inside `lengths`."""
+    windows = ids.unfold(1, n, 1) if ids.size(1) >= n else ids.new_zeros(ids.size(0), 0, n)
+    keys = torch.zeros(windows.shape[:2], dtype=torch.long, device=ids.device)
+    for k in range(n):
+        keys = keys * base + windows[..., k]
+    valid = torch.arange(keys.size(1), device=ids.device)[None] < (lengths[:, None] - n + 1)
+    return keys, valid
+
+
+def repeated_ngram_rate(ids: Tensor, lengths: Tensor, base: int, n: int = 3) -> Tensor:
+    """Share of a batch's n-grams that already occurred earlier in the same summary."""
+    keys, valid = ngram_keys(ids, lengths, n, base)
+    keys = torch.where(valid, keys, -1 - torch.arange(keys.numel(), device=ids.device).view_as(keys))
+    ordered = keys.sort(dim=1).values
+    repeats = ((ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)).sum()
+    return repeats / valid.sum().clamp(min=1)
+
+
+def novel_ngram_rate(ids: Tensor, lengths: Tensor, source: Tensor, source_lengths: Tensor, base: int,
+                     n: int = 3) -> Tensor:
+    """Share of a batch's summary n-grams that do not occur in the example's own source."""
+    keys, valid = ngram_keys(ids, lengths, n, base)
+    src_keys, src_valid = ngram_keys(source, source_lengths, n, base)
+    row = torch.arange(ids.size(0), device=ids.device)[:, None]
+    # Key by (row, n-gram) so membership is tested within each example only.
+    offset = base ** n
+    ours = (keys + row * offset)[valid]
+    theirs = (src_keys + row * offset)[src_valid]
+    return (~torch.isin(ours, theirs)).sum() / valid.sum().clamp(min=1)

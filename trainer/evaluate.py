@@ -1,0 +1,71 @@
+"""Test-time scoring of decoded summaries: ROUGE as rouge-score computes it, plus any reward used as
+a metric (the mover's similarities with exact EMD). Independent of the reward a model trained with."""
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+from rouge_score import rouge_scorer
+
+from rewards.base import Reward, RewardInput
+from trainer.vocab import Vocabulary
+
+ROUGE_KEYS = ("rouge1", "rouge2", "rougeL", "rougeLsum")
+
+
+def rouge_scores(hypotheses: list[list[list[str]]], references: list[list[list[str]]]) -> list[dict[str, float]]:
+    """ROUGE-1/2/L/Lsum F ×100 per example (rouge-score, Porter stemming). Summaries are sentences of
+    tokens; rougeLsum sees them newline-separated (ROUGE-1.5.5's summary-level ROUGE-L), rougeL as one
+    sequence. We split sentences ourselves: rouge-score's splitter needs NLTK data that is offline here."""
+    scorer = rouge_scorer.RougeScorer(list(ROUGE_KEYS), use_stemmer=True)
+    out = []
+    for hyp, ref in zip(hypotheses, references):
+        scores = scorer.score("\n".join(" ".join(s) for s in ref), "\n".join(" ".join(s) for s in hyp))
+        out.append({k: 100 * scores[k].fmeasure for k in ROUGE_KEYS})
+    return out
+
+
+def metric_scores(hypotheses: list[list[list[str]]], references: list[list[list[str]]],
+                  metrics: Mapping[str, Reward], batch_size: int = 64,
+                  device: torch.device | str = "cpu") -> dict[str, list[float]]:
+    """Every metric on every (hypothesis, reference) pair, batched through the reward code path."""
+    if not metrics:
+        return {}
+    words = {t for summary in [*hypotheses, *references] for s in summary for t in s}
+    vocab = Vocabulary(sorted(words))  # every word in-vocabulary: no <unk> collisions
+    out: dict[str, list[float]] = {name: [] for name in metrics}
+    for start in range(0, len(hypotheses), batch_size):
+        hyp = [[t for s in h for t in s] for h in hypotheses[start:start + batch_size]]
+        inputs = RewardInput.from_texts(hyp, references[start:start + batch_size], vocab, device=device)
+        for name, metric in metrics.items():
+            out[name].extend(metric(inputs).tolist())
+    return out
+
+
+def evaluate(hypotheses: list[list[list[str]]], references: list[list[list[str]]],
+             metrics: Mapping[str, Reward] | None = None, device: torch.device | str = "cpu"
+             ) -> tuple[dict[str, float], list[dict[str, float]]]:
+    """Corpus means (ROUGE ×100, other metrics ×1000 as Clark et al. print them) and per-example scores."""
+    per_example = rouge_scores(hypotheses, references)
+    for name, values in metric_scores(hypotheses, references, metrics or {}, device=device).items():
+        for row, value in zip(per_example, values):
+            row[name] = 1000 * value
+    keys = per_example[0].keys() if per_example else []
+    means = {k: sum(r[k] for r in per_example) / len(per_example) for k in keys}
+    return means, per_example
+
+
+TABLE_COLUMNS = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L", "rougeLsum": "ROUGE-Lsum",
+                 "wms": "WMS", "sms": "SMS", "s_wms": "S+WMS"}
+
+
+def results_table(results: Mapping[str, Mapping[str, float]]) -> str:
+    """A markdown table, one row per run: ROUGE ×100, mover's metrics ×1000, then any other metric."""
+    keys = [k for k in TABLE_COLUMNS if any(k in r for r in results.values())]
+    keys += sorted({k for r in results.values() for k in r} - set(keys) - {"n"})
+    header = "| model | " + " | ".join(TABLE_COLUMNS.get(k, k) for k in keys) + " |"
+    lines = [header, "|" + "---|" * (len(keys) + 1)]
+    for name, row in results.items():
+        cells = [f"{row[k]:.2f}" if k in row else "-" for k in keys]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,154 @@
+"""The LightningModule: teacher-forced MLE, self-critical mixed training, validation and test decoding."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable
+
+import pytorch_lightning as pl
+import torch
+from torch import Tensor
+
+from models.decoding import Decoded, beam_search, greedy, sample_and_greedy
+from rewards.base import Reward, RewardInput
+from rewards.rouge import RougeL
+from trainer.batch import Batch
+from trainer.diagnostics import novel_ngram_rate, repeated_ngram_rate
+from trainer.evaluate import evaluate
+from trainer.schedules import Constant
+from trainer.vocab import Vocabulary, split_at_sentence_ends
+
+
+def self_critical_loss(sample_log_probs: Tensor, sample_lengths: Tensor, sample_reward: Tensor,
+                       baseline_reward: Tensor, length_normalize: bool = False) -> Tensor:
+    """−(r(ŷ) − r(ỹ))·Σ_t log p(ŷ_t) per example, summed over the sample up to and including its
+    first </s> (`sample_lengths`), with one greedy baseline per example. Returns [B]."""
+    steps = torch.arange(sample_log_probs.size(1), device=sample_log_probs.device)[None]
+    mask = steps < sample_lengths[:, None]
+    sequence = (sample_log_probs * mask).sum(1)
+    if length_normalize:
+        sequence = sequence / sample_lengths.clamp(min=1)
+    return -(sample_reward - baseline_reward).detach() * sequence
+
+
+class SummarizationModule(pl.LightningModule):
+    """MLE training when `reward` is None; otherwise γ·L_RL + (1−γ)·L_MLE with self-critical RL."""
+
+    def __init__(self, model: torch.nn.Module, vocab: Vocabulary, optimizer: Callable[..., torch.optim.Optimizer],
+                 reward: Reward | None = None, gamma: Callable[[int], float] | None = None,
+                 rl_max_len: int = 100, length_normalize: bool = False, val_max_len: int = 100,
+                 beam: dict[str, Any] | None = None, metrics: dict[str, Reward] | None = None,
+                 output_dir: str = "."):
+        super().__init__()
+        self.model, self.vocab, self.optimizer_factory = model, vocab, optimizer
+        self.reward, self.gamma = reward, gamma or Constant(0.0)
+        self.rl_max_len, self.length_normalize, self.val_max_len = rl_max_len, length_normalize, val_max_len
+        self.beam = dict(beam or {})
+        self.metrics = dict(metrics or {})
+        self.output_dir = Path(output_dir)
+        self.rouge_l = RougeL()
+        self._test_rows: list[dict] = []
+
+    # ---------------------------------------------------------------- training
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return self.optimizer_factory(self.model.parameters())
+
+    def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
+        enc = self.model.encode(batch)
+        if self.reward is None:
+            out = self.model.mle_loss(batch, enc=enc)
+            self._log_train({"loss": out["loss"], "nll": out["nll"]}, len(batch))
+            return out["loss"]
+        return self._mixed_step(batch, enc)
+
+    def _mixed_step(self, batch: Batch, enc: Any) -> Tensor:
+        gamma = self.gamma(self.global_step)
+        start = time.perf_counter()
+        # The baseline decodes in test-time mode (no dropout); both decodes share one batched loop.
+        self.model.eval()
+        sampled, greedy_out = sample_and_greedy(self.model, batch, self.rl_max_len, enc=enc)
+        self.model.train()
+        decode_end = time.perf_counter()
+        with torch.no_grad():
+            r_sample = self.reward(RewardInput.from_decoded(sampled.ids, sampled.lengths, batch, self.vocab))
+            r_greedy = self.reward(RewardInput.from_decoded(greedy_out.ids, greedy_out.lengths, batch, self.vocab))
+        if self.reward.needs_reference:  # no reference, no reward signal
+            r_sample, r_greedy = r_sample * batch.has_reference, r_greedy * batch.has_reference
+        reward_seconds = time.perf_counter() - decode_end
+        # log p(ŷ) with gradient: a teacher-forced pass over the sample, one output projection for all steps.
+        mle = self.model.mle_loss(batch, enc=enc)
+        sample_log_probs = self.model.teacher_forced(enc, self._feed(sampled.ids), sampled.ids).log_probs
+        rl = self_critical_loss(sample_log_probs, sampled.lengths, r_sample, r_greedy, self.length_normalize)
+        loss = gamma * rl.mean() + (1 - gamma) * mle["loss"] if batch.has_reference.any() else rl.mean()
+        advantage = r_sample - r_greedy
+        base = len(self.vocab) + batch.n_copy_oovs
+        src_lengths = batch.src_mask.sum(1)
+        self._log_train({
+            "loss": loss, "nll": mle["nll"], "rl_loss": rl.mean(), "gamma": gamma,
+            "reward_sample": r_sample.mean(), "reward_greedy": r_greedy.mean(),
+            "advantage_mean": advantage.mean(), "advantage_std": advantage.std() if len(batch) > 1 else 0.0,
+            "sample_length": sampled.lengths.float().mean(),
+            "repeated_trigrams": repeated_ngram_rate(sampled.ids, sampled.lengths, base),
+            "novel_trigrams": novel_ngram_rate(sampled.ids, sampled.lengths, batch.src_ext, src_lengths, base),
+            "reward_time_share": reward_seconds / max(time.perf_counter() - start, 1e-9),
+        }, len(batch))
+        return loss
+
+    def _feed(self, ids: Tensor) -> Tensor:
+        """Decoder inputs for a decoded sequence: <s> then the sequence shifted right, OOV as <unk>."""
+        shifted = torch.cat([torch.full_like(ids[:, :1], self.vocab.bos_id), ids[:, :-1]], dim=1)
+        return shifted.masked_fill(shifted >= len(self.vocab), self.vocab.unk_id)
+
+    def _log_train(self, values: dict[str, Any], batch_size: int) -> None:
+        shown = {"loss", "reward_sample"}
+        for key, value in values.items():
+            self.log(f"train/{key}", value, batch_size=batch_size, prog_bar=key in shown)
+
+    # ---------------------------------------------------------------- validation
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        out = self.model.mle_loss(batch)
+        decoded = greedy(self.model, batch, self.val_max_len)
+        inputs = RewardInput.from_decoded(decoded.ids, decoded.lengths, batch, self.vocab)
+        self.log("val/loss", out["loss"], batch_size=len(batch), prog_bar=True)
+        self.log("val/rouge_l", self.rouge_l(inputs).mean(), batch_size=len(batch), prog_bar=True)
+        if self.reward is not None:
+            self.log("val/reward", self.reward(inputs).mean(), batch_size=len(batch), prog_bar=True)
+
+    # ---------------------------------------------------------------- test
+    def test_step(self, batch: Batch, batch_idx: int) -> None:
+        decoded = beam_search(self.model, batch, **self.beam)
+        self._test_rows.extend(self.summaries(decoded, batch))
+
+    def summaries(self, decoded: Decoded, batch: Batch) -> list[dict]:
+        rows = []
+        for i, (ids, n) in enumerate(zip(decoded.ids.tolist(), decoded.lengths.tolist())):
+            tokens = self.vocab.decode(ids[:n], batch.oovs[i])
+            rows.append({"id": batch.ids[i], "summary": split_at_sentence_ends(tokens),
+                         "reference": batch.references[i]})
+        return rows
+
+    def on_test_epoch_start(self) -> None:
+        self._test_rows = []
+
+    def on_test_epoch_end(self) -> None:
+        rows = [r for r in self._test_rows if r["reference"] is not None]
+        means, per_example = evaluate([r["summary"] for r in rows], [r["reference"] for r in rows],
+                                      self.metrics, device=self.device)
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        with (self.output_dir / "summaries.jsonl").open("w", encoding="utf-8") as f:
+            for row, scores in zip(rows, per_example):
+                f.write(json.dumps({"id": row["id"],
+                                    "summary": "\n".join(" ".join(s) for s in row["summary"]),
+                                    "reference": "\n".join(" ".join(s) for s in row["reference"]),
+                                    "scores": scores}) + "\n")
+        results = {"n": len(rows), **means}
+        (self.output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        for key, value in means.items():
+            self.log(f"test/{key}", value)
+
+    # ---------------------------------------------------------------- checkpoints
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        # Enough to rebuild the model without the run's config: its settings and vocabulary.
+        checkpoint["sumrl"] = {"model_config": asdict(self.model.config), "vocab": self.vocab.itos}
