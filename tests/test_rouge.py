@@ -1,0 +1,63 @@
+import random
+
+import pytest
+import torch
+from rouge_score import rouge_scorer
+
+from rewards.base import RewardInput
+from rewards.rouge import RougeL
+from trainer.vocab import Vocabulary
+
+
+class WhitespaceTokenizer:
+    def tokenize(self, text):
+        return text.split()
+
+
+def random_pairs(n, seed=0):
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(6)]  # small vocabulary: many matches
+
+    def length():
+        u = rng.random()
+        return 0 if u < 0.05 else 1 if u < 0.15 else rng.randint(2, 40)
+
+    return [([rng.choice(words) for _ in range(length())], [rng.choice(words) for _ in range(length())])
+            for _ in range(n)]
+
+
+def test_rouge_l_matches_rouge_score_on_random_pairs():
+    pairs = random_pairs(1000)
+    # the vocabulary lacks w5: those tokens become extended (OOV) ids, which must still match
+    vocab = Vocabulary(f"w{i}" for i in range(5))
+    inputs = RewardInput.from_texts([h for h, _ in pairs], [[r] for _, r in pairs], vocab)
+    ours = RougeL()(inputs)
+    scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False, tokenizer=WhitespaceTokenizer())
+    expected = torch.tensor([scorer.score(" ".join(r), " ".join(h))["rougeL"].fmeasure for h, r in pairs],
+                            dtype=torch.float64)
+    assert ours.shape == (1000,) and ours.dtype == torch.float32
+    assert (ours.double() - expected).abs().max().item() < 1e-6
+    assert (expected > 0).sum() > 700 and (expected == 0).sum() > 50  # both regimes exercised
+
+
+def test_rouge_l_beta_1_2_hand_case():
+    vocab = Vocabulary("a b c d e".split())
+    inputs = RewardInput.from_texts([["a", "b", "c", "d"]], [[["a", "c"], ["e"]]], vocab)
+    # LCS("a b c d", "a c e") = 2, P = 2/4, R = 2/3: F = (1 + 1.44) P R / (R + 1.44 P) = 2.44 / 4.16
+    assert RougeL(beta=1.2)(inputs).item() == pytest.approx(2.44 / 4.16, abs=1e-7)
+    assert RougeL()(inputs).item() == pytest.approx(2 * 0.5 * (2 / 3) / (0.5 + 2 / 3), abs=1e-7)
+
+
+def test_rouge_l_padding_and_eos_do_not_match():
+    vocab = Vocabulary(["a"])
+    inputs = RewardInput.from_texts([["a"], []], [[["a", "a"]], [["a"]]], vocab)
+    # padding ids (0) on both sides must not count as matches
+    assert RougeL()(inputs).tolist() == pytest.approx([2 * 1 * 0.5 / 1.5, 0.0])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_rouge_l_stays_on_cuda():
+    vocab = Vocabulary(["a", "b"])
+    inputs = RewardInput.from_texts([["a", "b"]], [[["b", "a"]]], vocab, device="cuda")
+    out = RougeL()(inputs)
+    assert out.device.type == "cuda" and out.item() == pytest.approx(0.5)
