@@ -1,0 +1,60 @@
+r"""Score a JSONL file of candidate summaries with any rewards.
+
+    python scripts/score.py summaries.jsonl --rewards rouge_l sms --set rouge_l.beta=1.2 \
+        --tokenize treebank rouge_l=whitespace -o scores.jsonl --keep id
+
+Rewards are named by their config in conf/reward/ and scored through `RewardInput.from_texts`,
+the batched code path of training. Per-example scores go to --output as JSONL (raw values,
+in [0, 1] for the built-in rewards); corpus means are printed as a markdown table, ROUGE x100
+and mover's similarities x1000 as Clark et al. (2019) print them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from rewards.scoring import (USER_ERRORS, InputError, add_scoring_arguments, display_scale, markdown_table,
+                             read_jsonl, score_rows)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("input", help="JSONL, one candidate per line")
+    parser.add_argument("-o", "--output", help="per-example scores, JSONL: input line number, --keep fields, "
+                                               "one field per reward")
+    parser.add_argument("--keep", nargs="+", default=[], metavar="FIELD",
+                        help="input fields copied into each output line (e.g. an id)")
+    add_scoring_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    """Score the file; returns each reward's mean (unscaled)."""
+    args = parse_args(argv)
+    rows = read_jsonl(args.input)
+    rewards, scores = score_rows(args, rows)
+    clashes = set(rewards) & ({"line"} | set(args.keep))
+    if clashes:
+        raise InputError(f"reward labels {sorted(clashes)} clash with output fields; relabel them with LABEL=NAME")
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            for i, row in enumerate(rows):
+                out = {"line": row.line, **{field: row.value(field) for field in args.keep}}
+                out.update({label: values[i] for label, values in scores.items()})
+                f.write(json.dumps(out) + "\n")
+    means, table = {}, []
+    for label, values in scores.items():
+        scored = [v for v in values if v is not None]
+        means[label] = sum(scored) / len(scored) if scored else float("nan")
+        scale = display_scale(rewards[label])
+        table.append([label, str(len(scored)), f"{means[label] * scale:.2f}", f"×{scale}"])
+    print(markdown_table(["reward", "n", "mean", "scale"], table))
+    return means
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except USER_ERRORS as e:
+        sys.exit(f"error: {e}")
