@@ -12,6 +12,7 @@ the similarity is 1 (nothing to move); when only one side is empty, it is 0 (no 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from rewards.base import RewardInput
@@ -20,34 +21,53 @@ from rewards.transport import batched_emd
 
 
 def build_bag(tokens: TokenVectors, word_mass: float, sentence_mass: float) -> tuple[Tensor, Tensor]:
-    """Points [B, K, D] and weights [B, K] (float64; zero weight = not in the bag) of each document:
-    its word types with total mass `word_mass` and its sentences with total mass `sentence_mass`."""
-    keep = tokens.keep
-    vectors = tokens.vectors.to(torch.float64) * keep[..., None]
-    share = keep / keep.sum(1, keepdim=True).clamp(min=1).to(torch.float64)  # 1/|A| per kept token
-    points, weights = [], []
-    if word_mass:
-        type_share = share
-        if tokens.word_type is not None:  # a type's count(w)/|A| goes to its first occurrence
-            same = (tokens.word_type[:, :, None] == tokens.word_type[:, None, :]) & keep[:, None, :]
-            first = keep & ~(same & torch.ones_like(same[0]).tril(-1)).any(2)
-            type_share = torch.where(first, same.sum(2) * share, torch.zeros_like(share))
-        points.append(vectors)
-        weights.append(word_mass * type_share)
-    if sentence_mass:  # sentence s of a document: slot s, mean of its words
-        slot = (tokens.sentence * keep).clamp(0, keep.size(1) - 1)
-        sums = torch.zeros_like(vectors).scatter_add_(1, slot[..., None].expand_as(vectors), vectors)
-        sentence_share = torch.zeros_like(share).scatter_add_(1, slot, share)  # |s|/|A|
-        counts = torch.zeros_like(share).scatter_add_(1, slot, keep.to(share.dtype))
-        points.append(sums / counts.clamp(min=1)[..., None])
-        weights.append(sentence_mass * sentence_share)
-    return torch.cat(points, 1), torch.cat(weights, 1)
+    """Points [B, K, D] and weights [B, K] (float64, nonzero weights first, then zero padding) of
+    each document: its word types with total mass `word_mass`, its sentences with `sentence_mass`."""
+    keep, vectors = tokens.keep, tokens.vectors
+    n, width = keep.shape
+    inverse_size = 1 / keep.sum(1, keepdim=True).clamp(min=1).to(torch.float64)  # 1/|A|
+    parts = []
+    if word_mass:  # one item per type: runs of equal type ids after sorting
+        types = (tokens.word_type if tokens.word_type is not None  # contextual: every token a type
+                 else torch.arange(width, device=keep.device).expand(n, width))
+        sorted_types, order = torch.where(keep, types, -1).sort(dim=1)
+        first = (sorted_types >= 0) & (sorted_types != F.pad(sorted_types[:, :-1], (1, 0), value=-1))
+        run = (first.cumsum(1) - 1).clamp(min=0)
+        count = inverse_size.new_zeros(n, width).scatter_add_(1, run, (sorted_types >= 0).to(torch.float64))
+        token = torch.zeros_like(order).scatter_(1, torch.where(first, run, width - 1), order)
+        n_types = int(first.sum(1).max()) if n else 0
+        rows = (token[:, :n_types] + width * torch.arange(n, device=keep.device)[:, None]).flatten()
+        parts.append((vectors.flatten(0, 1).index_select(0, rows).view(n, n_types, -1).to(torch.float64),
+                      word_mass * count[:, :n_types] * inverse_size))  # count(w)/|A|
+    if sentence_mass:  # sentence s of a document: slot s, the mean of its words
+        slot = tokens.sentence * keep
+        n_slots = int(slot.max()) + 1 if slot.numel() else 1
+        member = ((slot[:, None, :] == torch.arange(n_slots, device=keep.device)[None, :, None])
+                  & keep[:, None, :]).to(torch.float64)  # [B, S, N]
+        counts = member.sum(2)
+        means = torch.bmm(member, vectors.to(torch.float64)) / counts.clamp(min=1)[..., None]
+        parts.append((means, sentence_mass * counts * inverse_size))  # |s|/|A|
+    if not sentence_mass:
+        return parts[0]  # already packed
+    points, weights = torch.cat([p for p, _ in parts], 1), torch.cat([w for _, w in parts], 1)
+    return pack(points, weights, int((weights > 0).sum(1).max()) if n else 0)
 
 
 def pack(points: Tensor, weights: Tensor, size: int) -> tuple[Tensor, Tensor]:
-    """The `size` first items with nonzero weight (in bag order), nonzero weights first."""
+    """The first `size` items once nonzero weights are moved first (in bag order)."""
+    n, k = weights.shape
     order = torch.argsort((weights == 0).to(torch.int8), dim=1, stable=True)[:, :size]
-    return points.gather(1, order[..., None].expand(-1, -1, points.size(2))), weights.gather(1, order)
+    rows = (order + k * torch.arange(n, device=order.device)[:, None]).flatten()
+    return points.flatten(0, 1).index_select(0, rows).view(n, size, -1), weights.gather(1, order)
+
+
+def euclidean(x: Tensor, y: Tensor) -> Tensor:
+    """Pairwise distances [B, P, Q] (float64) via |x|^2 + |y|^2 - 2 x.y. Squared distances below
+    1e-12 are rounding noise of coincident points and become 0, so each entry is within 1e-6 of
+    the exact distance (typically 1e-14) and the EMD, Lipschitz in the costs, within 1e-6 too."""
+    squared = torch.baddbmm((x * x).sum(2)[:, :, None] + (y * y).sum(2)[:, None, :], x, y.transpose(1, 2),
+                            alpha=-2)
+    return torch.where(squared < 1e-12, torch.zeros_like(squared), squared).sqrt()
 
 
 class MoverSimilarity:
@@ -66,11 +86,7 @@ class MoverSimilarity:
                                             self.word_mass, self.sentence_mass)
         ref_points, ref_weights = build_bag(self.embeddings.embed_batch(inputs, "ref"),
                                             self.word_mass, self.sentence_mass)
-        sizes = torch.stack([(hyp_weights > 0).sum(1).max(), (ref_weights > 0).sum(1).max()]).tolist()
-        hyp_points, hyp_weights = pack(hyp_points, hyp_weights, sizes[0])
-        ref_points, ref_weights = pack(ref_points, ref_weights, sizes[1])
-        # difference-based Euclidean: exact zeros for identical points (the mm trick is not)
-        cost = torch.cdist(hyp_points, ref_points, compute_mode="donot_use_mm_for_euclid_dist")
+        cost = euclidean(hyp_points, ref_points)
         return torch.exp(-batched_emd(cost, hyp_weights, ref_weights)).float()
 
 
