@@ -7,8 +7,8 @@ from typing import Mapping
 import torch
 from rouge_score import rouge_scorer
 
-from rewards.base import Reward, RewardInput
-from trainer.vocab import Vocabulary
+from rewards.base import Reward
+from rewards.scoring import display_scale, score_texts
 
 ROUGE_KEYS = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 
@@ -25,31 +25,21 @@ def rouge_scores(hypotheses: list[list[list[str]]], references: list[list[list[s
     return out
 
 
-def metric_scores(hypotheses: list[list[list[str]]], references: list[list[list[str]]],
-                  metrics: Mapping[str, Reward], batch_size: int = 64,
-                  device: torch.device | str = "cpu") -> dict[str, list[float]]:
-    """Every metric on every (hypothesis, reference) pair, batched through the reward code path."""
-    if not metrics:
-        return {}
-    words = {t for summary in [*hypotheses, *references] for s in summary for t in s}
-    vocab = Vocabulary(sorted(words))  # every word in-vocabulary: no <unk> collisions
-    out: dict[str, list[float]] = {name: [] for name in metrics}
-    for start in range(0, len(hypotheses), batch_size):
-        hyp = [[t for s in h for t in s] for h in hypotheses[start:start + batch_size]]
-        inputs = RewardInput.from_texts(hyp, references[start:start + batch_size], vocab, device=device)
-        for name, metric in metrics.items():
-            out[name].extend(metric(inputs).tolist())
-    return out
+def as_text(summaries: list[list[list[str]]]) -> list[str]:
+    """Tokenized summaries as text: tokens joined by spaces, one sentence per line."""
+    return ["\n".join(" ".join(s) for s in summary) for summary in summaries]
 
 
 def evaluate(hypotheses: list[list[list[str]]], references: list[list[list[str]]],
              metrics: Mapping[str, Reward] | None = None, device: torch.device | str = "cpu"
              ) -> tuple[dict[str, float], list[dict[str, float]]]:
-    """Corpus means (ROUGE ×100, other metrics ×1000 as Clark et al. print them) and per-example scores."""
+    """Corpus means and per-example scores, as Clark et al. print them (ROUGE ×100, mover's ×1000)."""
     per_example = rouge_scores(hypotheses, references)
-    for name, values in metric_scores(hypotheses, references, metrics or {}, device=device).items():
+    scores = score_texts(metrics or {}, as_text(hypotheses), as_text(references), tokenizers="whitespace",
+                         device=device)
+    for name, values in scores.items():
         for row, value in zip(per_example, values):
-            row[name] = 1000 * value
+            row[name] = display_scale(metrics[name]) * value
     keys = per_example[0].keys() if per_example else []
     means = {k: sum(r[k] for r in per_example) / len(per_example) for k in keys}
     return means, per_example

@@ -16,7 +16,7 @@ from rewards.base import Reward, RewardInput
 from rewards.rouge import RougeL
 from trainer.batch import Batch
 from trainer.diagnostics import novel_ngram_rate, repeated_ngram_rate
-from trainer.evaluate import evaluate
+from trainer.evaluate import as_text, evaluate
 from trainer.schedules import Constant
 from trainer.vocab import Vocabulary, split_at_sentence_ends
 
@@ -139,9 +139,8 @@ class SummarizationModule(pl.LightningModule):
         self.output_dir.mkdir(parents=True, exist_ok=True)
         with (self.output_dir / "summaries.jsonl").open("w", encoding="utf-8") as f:
             for row, scores in zip(rows, per_example):
-                f.write(json.dumps({"id": row["id"],
-                                    "summary": "\n".join(" ".join(s) for s in row["summary"]),
-                                    "reference": "\n".join(" ".join(s) for s in row["reference"]),
+                summary, reference = as_text([row["summary"], row["reference"]])
+                f.write(json.dumps({"id": row["id"], "summary": summary, "reference": reference,
                                     "scores": scores}) + "\n")
         results = {"n": len(rows), **means}
         (self.output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")

@@ -30,7 +30,7 @@ def load_model_weights(model: torch.nn.Module, checkpoint_path: str) -> None:
 def build(cfg: DictConfig) -> tuple[SummarizationData, SummarizationModule]:
     data: SummarizationData = instantiate(cfg.data)
     data.setup()
-    model = instantiate(cfg.model, config={"vocab_size": len(data.vocab)})
+    model = instantiate(OmegaConf.merge(cfg.model, {"config": {"vocab_size": len(data.vocab)}}))
     if cfg.init_from:
         load_model_weights(model, cfg.init_from)
     module = instantiate(cfg.module, model=model, vocab=data.vocab, output_dir=cfg.output_dir)
