@@ -1,0 +1,69 @@
+"""Every config in conf/ composes, and every class it names instantiates."""
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+BASE = ["output_dir=/tmp/sumrl-test", "run_name=test", "cache_dir=/tmp/sumrl-test-cache"]
+
+
+def options(group):
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def compose_train(overrides):
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        return compose("train", overrides=BASE + overrides)
+
+
+@pytest.mark.parametrize("group", ["data", "model", "optimizer", "reward", "gamma", "logger", "callbacks"])
+def test_group_options_compose_and_instantiate(group, tmp_path):
+    for option in options(group):
+        overrides = [f"{group}={option}"]
+        if option == "local":
+            overrides.append(f"data.train.path={tmp_path / 'd.jsonl'}")
+        cfg = compose_train(overrides)
+        node = {"data": cfg.data, "model": cfg.model, "optimizer": cfg.optimizer, "reward": cfg.reward,
+                "gamma": cfg.gamma, "logger": cfg.logger, "callbacks": cfg.callbacks}[group]
+        if node is None:  # reward=mle: no reward
+            assert option == "mle" and cfg.stage == "mle"
+            continue
+        if group == "model":
+            node = OmegaConf.merge(node, {"config": {"vocab_size": 100}})
+        obj = instantiate(node)
+        if group == "optimizer":
+            obj = obj([torch.nn.Parameter(torch.zeros(1))])
+        assert obj is not None
+
+
+def test_trainer_options_compose():
+    for option in options("trainer"):
+        cfg = compose_train([f"trainer={option}"])
+        assert cfg.trainer._target_ == "pytorch_lightning.Trainer"
+    trainer = instantiate(compose_train(["trainer=default"]).trainer, logger=False, enable_progress_bar=False)
+    assert trainer.max_epochs == 10
+
+
+@pytest.mark.parametrize("experiment", options("experiment"))
+@pytest.mark.parametrize("reward", ["mle", "sms"])
+def test_experiments_compose_with_stage_settings(experiment, reward):
+    cfg = compose_train([f"experiment={experiment}", f"reward={reward}", "mle_checkpoint=/x/best.ckpt"])
+    assert cfg.stage == ("mle" if reward == "mle" else "mixed")
+    assert cfg.monitor.metric == ("val/loss" if reward == "mle" else "val/reward")
+    assert cfg.init_from == (None if reward == "mle" else "/x/best.ckpt")
+    module_cfg = OmegaConf.to_container(cfg.module, resolve=True)
+    assert module_cfg["optimizer"]["lr"] == cfg.stages[cfg.stage].lr
+
+
+def test_module_config_instantiates_with_reward_and_metrics():
+    cfg = compose_train(["reward=rouge_l_sms"])
+    from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
+    from trainer.vocab import Vocabulary
+
+    module = instantiate(cfg.module, model=PointerGenerator(PointerGeneratorConfig(vocab_size=10)),
+                         vocab=Vocabulary([]), output_dir="/tmp/x")
+    assert module.reward.name and set(module.metrics) == {"wms", "sms", "s_wms"}
