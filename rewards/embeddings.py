@@ -69,7 +69,7 @@ class Embeddings(Protocol):
 class _IdTable:
     """Per-id lookups on the device: vector, content-word flag, sentence-end flag."""
 
-    vectors: Tensor  # [n, D]
+    vectors: Tensor  # [n, D] float64
     keep: Tensor  # [n] bool
     end: Tensor  # [n] bool
 
@@ -100,7 +100,7 @@ class WordVectors:
         end = np.array([w in SENTENCE_END for w in words], dtype=bool)
         packed = np.concatenate([self.matrix[np.maximum(rows, 0)] * found[:, None],
                                  keep[:, None], end[:, None]], axis=1)
-        packed = torch.from_numpy(packed).to(device)  # one host-to-device copy
+        packed = torch.from_numpy(packed).to(device, torch.float64)  # one copy; float64: exact means and costs
         return _IdTable(packed[:, :-2], packed[:, -2].bool(), packed[:, -1].bool())
 
     def vocab_table(self, vocab: Vocabulary, device: torch.device | str) -> _IdTable:

@@ -23,7 +23,7 @@ from rewards.transport import batched_emd
 def build_bag(tokens: TokenVectors, word_mass: float, sentence_mass: float) -> tuple[Tensor, Tensor]:
     """Points [B, K, D] and weights [B, K] (float64, nonzero weights first, then zero padding) of
     each document: its word types with total mass `word_mass`, its sentences with `sentence_mass`."""
-    keep, vectors = tokens.keep, tokens.vectors
+    keep, vectors = tokens.keep, tokens.vectors.to(torch.float64)
     n, width = keep.shape
     inverse_size = 1 / keep.sum(1, keepdim=True).clamp(min=1).to(torch.float64)  # 1/|A|
     parts = []
@@ -37,7 +37,7 @@ def build_bag(tokens: TokenVectors, word_mass: float, sentence_mass: float) -> t
         token = torch.zeros_like(order).scatter_(1, torch.where(first, run, width - 1), order)
         n_types = int(first.sum(1).max()) if n else 0
         rows = (token[:, :n_types] + width * torch.arange(n, device=keep.device)[:, None]).flatten()
-        parts.append((vectors.flatten(0, 1).index_select(0, rows).view(n, n_types, -1).to(torch.float64),
+        parts.append((vectors.flatten(0, 1).index_select(0, rows).view(n, n_types, -1),
                       word_mass * count[:, :n_types] * inverse_size))  # count(w)/|A|
     if sentence_mass:  # sentence s of a document: slot s, the mean of its words
         slot = tokens.sentence * keep
@@ -45,7 +45,7 @@ def build_bag(tokens: TokenVectors, word_mass: float, sentence_mass: float) -> t
         member = ((slot[:, None, :] == torch.arange(n_slots, device=keep.device)[None, :, None])
                   & keep[:, None, :]).to(torch.float64)  # [B, S, N]
         counts = member.sum(2)
-        means = torch.bmm(member, vectors.to(torch.float64)) / counts.clamp(min=1)[..., None]
+        means = torch.bmm(member, vectors) / counts.clamp(min=1)[..., None]
         parts.append((means, sentence_mass * counts * inverse_size))  # |s|/|A|
     if not sentence_mass:
         return parts[0]  # already packed
@@ -71,7 +71,11 @@ def euclidean(x: Tensor, y: Tensor) -> Tensor:
 
 
 class MoverSimilarity:
-    """exp(-EMD) between the hypothesis's and the reference's bags; subclasses fix the bag."""
+    """exp(-EMD) between the hypothesis's and the reference's bags; subclasses fix the bag.
+
+    Float32 [B] on the input's device, always finite: 1 when neither document has a word left
+    after preprocessing, 0 when only one has none (an empty hypothesis, or no reference).
+    """
 
     name: str
     word_mass: float
