@@ -87,21 +87,42 @@ class WordVectors:
         self.row: dict[str, int] = {}
         for i, word in enumerate(words):
             self.row.setdefault(word, i)  # the first (most frequent) entry wins
+        self._described: dict[str, int] = {}
         self._tables: dict[tuple[Vocabulary, torch.device], _IdTable] = {}
+        self._last_oovs: tuple[list[list[str]], tuple[int, ...], torch.device, _IdTable] | None = None
 
     @classmethod
     def from_dict(cls, vectors: Mapping[str, Sequence[float]]) -> "WordVectors":
         return cls(list(vectors), np.array([vectors[w] for w in vectors], dtype=np.float32))
 
+    def _describe(self, word: str) -> int:
+        """4 * (row + 1) + 2 * (content word with a vector) + (sentence end), memoised: OOV words
+        recur across batches; one int per word keeps the per-batch lookup fast."""
+        code = self._described.get(word)
+        if code is None:
+            row = self.row.get(word.lower(), -1)
+            code = self._described[word] = (4 * (row + 1) + 2 * (row >= 0 and is_content_word(word))
+                                            + (word in SENTENCE_END))
+        return code
+
     def _lookup(self, words: Sequence[str], device: torch.device) -> _IdTable:
-        rows = np.array([self.row.get(w.lower(), -1) for w in words], dtype=np.int64)
-        found = rows >= 0
-        keep = found & np.array([is_content_word(w) for w in words], dtype=bool)
-        end = np.array([w in SENTENCE_END for w in words], dtype=bool)
-        packed = np.concatenate([self.matrix[np.maximum(rows, 0)] * found[:, None],
-                                 keep[:, None], end[:, None]], axis=1)
-        packed = torch.from_numpy(packed).to(device, torch.float64)  # one copy; float64: exact means and costs
+        codes = np.fromiter(map(self._describe, words), dtype=np.int64, count=len(words))
+        rows = codes // 4 - 1
+        packed = np.concatenate([self.matrix[np.maximum(rows, 0)] * (rows >= 0)[:, None],
+                                 (codes[:, None] >> np.array([1, 0])) & 1], axis=1, dtype=np.float64)
+        packed = torch.from_numpy(packed).to(device)  # one copy; float64: exact means and costs
         return _IdTable(packed[:, :-2], packed[:, -2].bool(), packed[:, -1].bool())
+
+    def _oov_table(self, oovs: list[list[str]], device: torch.device) -> tuple[_IdTable, int]:
+        """Example b's k-th OOV word at row b * width + k; the last batch's table is reused (both
+        sides and every reward of a batch share it)."""
+        width = max([len(o) for o in oovs] + [1])
+        lengths = tuple(map(len, oovs))  # guards against lists extended in place
+        last = self._last_oovs
+        if last is None or last[0] is not oovs or last[1] != lengths or last[2] != device:
+            table = self._lookup([o[k] if k < len(o) else "" for o in oovs for k in range(width)], device)
+            self._last_oovs = last = (oovs, lengths, device, table)
+        return last[3], width
 
     def vocab_table(self, vocab: Vocabulary, device: torch.device | str) -> _IdTable:
         key = (vocab, torch.device(device))
@@ -117,8 +138,7 @@ class WordVectors:
         else:
             ids, valid = batch.ref, batch.ref_sentence >= 0
         table, n_vocab = self.vocab_table(inputs.vocab, ids.device), len(inputs.vocab)
-        width = max([len(o) for o in batch.oovs] + [1])  # example b's k-th OOV word: row b * width + k
-        oov = self._lookup([o[k] if k < len(o) else "" for o in batch.oovs for k in range(width)], ids.device)
+        oov, width = self._oov_table(batch.oovs, ids.device)
 
         flat = ids.flatten()
         in_vocab = flat < n_vocab

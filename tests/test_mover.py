@@ -147,6 +147,15 @@ def test_copied_and_reference_only_oov_words_get_their_own_vectors():
     assert out.tolist() == pytest.approx([math.exp(-3.0), 1.0], abs=1e-6)
 
 
+def test_oov_vectors_follow_the_batch():
+    vocab, embeddings = Vocabulary(["cat", "."]), WordVectors.from_dict(PLANE)
+    reward = WordMoverSimilarity(embeddings)
+    # same OOV-list shapes, different words: the per-batch OOV table must not be reused
+    first = reward(RewardInput.from_texts([["fish"]], [[["dog"]]], vocab))
+    second = reward(RewardInput.from_texts([["dog"]], [[["dog"]]], vocab))
+    assert [first.item(), second.item()] == pytest.approx([math.exp(-3.0), 1.0], abs=1e-6)
+
+
 def test_weighted_sum_zeroes_reference_terms_without_reference():
     embeddings = WordVectors.from_dict(PLANE)
     inputs = RewardInput.from_texts([["cat", "dog"], ["cat", "dog"]], [[["cat", "fish"]], None],
