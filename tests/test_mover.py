@@ -148,12 +148,12 @@ def test_copied_and_reference_only_oov_words_get_their_own_vectors():
 
 
 def test_oov_vectors_follow_the_batch():
-    vocab, embeddings = Vocabulary(["cat", "."]), WordVectors.from_dict(PLANE)
+    vocab, embeddings = Vocabulary(["cat", "."]), WordVectors.from_dict({**PLANE, "bird": [3.0, 0.0]})
     reward = WordMoverSimilarity(embeddings)
-    # same OOV-list shapes, different words: the per-batch OOV table must not be reused
+    # OOV lists [dog, fish] then [dog, bird]: same shape, so a stale per-batch table would show
     first = reward(RewardInput.from_texts([["fish"]], [[["dog"]]], vocab))
-    second = reward(RewardInput.from_texts([["dog"]], [[["dog"]]], vocab))
-    assert [first.item(), second.item()] == pytest.approx([math.exp(-3.0), 1.0], abs=1e-6)
+    second = reward(RewardInput.from_texts([["bird"]], [[["dog"]]], vocab))
+    assert [first.item(), second.item()] == pytest.approx([math.exp(-3.0), math.exp(-5.0)], abs=1e-6)
 
 
 def test_weighted_sum_zeroes_reference_terms_without_reference():
