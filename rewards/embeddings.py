@@ -46,17 +46,27 @@ def is_content_word(word: str) -> bool:
 class TokenVectors:
     """One side (hypotheses or references) of a batch, token by token.
 
-    vectors   [B, N, D] float  the token's embedding (anything where not `keep`)
-    keep      [B, N]    bool   a content word with a vector: the only tokens the metrics see
-    sentence  [B, N]    long   sentence index of the token within its document
-    word_type [B, N]    long   equal values = the same word type (type-based vectors), or None
-                               when every token is its own type (contextual vectors)
+    keep      [B, N] bool  a content word with a vector: the only tokens the metrics see
+    sentence  [B, N] long  sentence index of the token within its document
+    word_type [B, N] long  equal values = the same word type (type-based vectors), or None when
+                           every token is its own type (contextual vectors)
+    rows      [B, N] long  where the token's vector is: row r of `table`, or row r - len(table)
+                           of `extra` (a batch's OOV words); looked up only for the tokens needed
     """
 
-    vectors: Tensor
     keep: Tensor
     sentence: Tensor
     word_type: Tensor | None
+    rows: Tensor
+    table: Tensor  # [T, D] float64
+    extra: Tensor  # [E, D] float64
+
+    def vectors(self, positions: Tensor) -> Tensor:
+        """Vectors [K, D] of the tokens at flat (row-major [B, N]) `positions`."""
+        rows = self.rows.flatten().index_select(0, positions)
+        out = self.table.index_select(0, rows.clamp(max=len(self.table) - 1))  # index_select: fast on CPU
+        outside = (rows >= len(self.table)).nonzero().squeeze(1)
+        return out.index_copy_(0, outside, self.extra.index_select(0, rows[outside] - len(self.table)))
 
 
 class Embeddings(Protocol):
@@ -140,22 +150,17 @@ class WordVectors:
         table, n_vocab = self.vocab_table(inputs.vocab, ids.device), len(inputs.vocab)
         oov, width = self._oov_table(batch.oovs, ids.device)
 
-        flat = ids.flatten()
-        in_vocab = flat < n_vocab
-        vocab_ids = flat.clamp(max=n_vocab - 1)
-        oov_ids = torch.arange(len(ids), device=ids.device).repeat_interleave(ids.size(1)) * width \
-            + (flat - n_vocab).clamp(min=0)
-        vectors = table.vectors.index_select(0, vocab_ids)  # index_select: far faster than [] on CPU
-        oov_positions = (~in_vocab).nonzero().squeeze(1)
-        vectors.index_copy_(0, oov_positions, oov.vectors.index_select(0, oov_ids[oov_positions]))
-        vectors = vectors.view(*ids.shape, -1)
-        keep = valid & torch.where(in_vocab, table.keep.index_select(0, vocab_ids), oov.keep.index_select(0, oov_ids)).view(ids.shape)
+        in_vocab = ids < n_vocab
+        vocab_ids = ids.clamp(max=n_vocab - 1)
+        oov_rows = torch.arange(len(ids), device=ids.device)[:, None] * width + (ids - n_vocab).clamp(min=0)
+        keep = valid & torch.where(in_vocab, table.keep[vocab_ids], oov.keep[oov_rows])
         if side == "hyp":  # a sentence ends after . ! ?
-            end = valid & torch.where(in_vocab, table.end.index_select(0, vocab_ids), oov.end.index_select(0, oov_ids)).view(ids.shape)
-            sentence = end.long().cumsum(1) - end.long()
+            end = (valid & torch.where(in_vocab, table.end[vocab_ids], oov.end[oov_rows])).long()
+            sentence = end.cumsum(1) - end
         else:
             sentence = batch.ref_sentence
-        return TokenVectors(vectors, keep, sentence, word_type=ids)
+        return TokenVectors(keep, sentence, word_type=ids, rows=torch.where(in_vocab, ids, n_vocab + oov_rows),
+                            table=table.vectors, extra=oov.vectors)
 
 
 def _read_text_vectors(path: Path) -> tuple[list[str], np.ndarray]:
@@ -257,7 +262,8 @@ class ContextualEmbeddings:
             sums.index_add_(0, target, hidden.flatten(0, 1)[torch.tensor(source, device=device)].float())
             pieces.index_add_(0, target, torch.ones(len(target), device=device))
         keep = torch.tensor([is_content_word(w) for w in words], device=device) & (pieces > 0)
-        vectors = sums / pieces.clamp(min=1)[:, None]
+        vectors = (sums / pieces.clamp(min=1)[:, None]).to(torch.float64)
         shape = (len(docs), width)
-        return TokenVectors(vectors.view(*shape, -1), keep.view(shape),
-                            torch.tensor(sentence_ids, device=device).view(shape), word_type=None)
+        return TokenVectors(keep.view(shape), torch.tensor(sentence_ids, device=device).view(shape), word_type=None,
+                            rows=torch.arange(len(words), device=device).view(shape), table=vectors,
+                            extra=vectors[:0])

@@ -23,7 +23,7 @@ from rewards.transport import batched_emd
 def build_bag(tokens: TokenVectors, word_mass: float, sentence_mass: float) -> tuple[Tensor, Tensor]:
     """Points [B, K, D] and weights [B, K] (float64, nonzero weights first, then zero padding) of
     each document: its word types with total mass `word_mass`, its sentences with `sentence_mass`."""
-    keep, vectors = tokens.keep, tokens.vectors.to(torch.float64)
+    keep = tokens.keep
     n, width = keep.shape
     inverse_size = 1 / keep.sum(1, keepdim=True).clamp(min=1).to(torch.float64)  # 1/|A|
     parts = []
@@ -36,16 +36,18 @@ def build_bag(tokens: TokenVectors, word_mass: float, sentence_mass: float) -> t
         count = inverse_size.new_zeros(n, width).scatter_add_(1, run, (sorted_types >= 0).to(torch.float64))
         token = torch.zeros_like(order).scatter_(1, torch.where(first, run, width - 1), order)
         n_types = int(first.sum(1).max()) if n else 0
-        rows = (token[:, :n_types] + width * torch.arange(n, device=keep.device)[:, None]).flatten()
-        parts.append((vectors.flatten(0, 1).index_select(0, rows).view(n, n_types, -1),
+        positions = (token[:, :n_types] + width * torch.arange(n, device=keep.device)[:, None]).flatten()
+        parts.append((tokens.vectors(positions).view(n, n_types, -1),
                       word_mass * count[:, :n_types] * inverse_size))  # count(w)/|A|
     if sentence_mass:  # sentence s of a document: slot s, the mean of its words
         slot = tokens.sentence * keep
         n_slots = int(slot.max()) + 1 if slot.numel() else 1
-        member = ((slot[:, None, :] == torch.arange(n_slots, device=keep.device)[None, :, None])
-                  & keep[:, None, :]).to(torch.float64)  # [B, S, N]
-        counts = member.sum(2)
-        means = torch.bmm(member, vectors) / counts.clamp(min=1)[..., None]
+        kept = keep.flatten().nonzero().squeeze(1)
+        vectors = tokens.vectors(kept)
+        sums = vectors.new_zeros(n * n_slots, vectors.size(1)).index_add_(
+            0, (slot + n_slots * torch.arange(n, device=keep.device)[:, None]).flatten()[kept], vectors)
+        counts = inverse_size.new_zeros(n, n_slots).scatter_add_(1, slot, keep.to(torch.float64))
+        means = sums.view(n, n_slots, -1) / counts.clamp(min=1)[..., None]
         parts.append((means, sentence_mass * counts * inverse_size))  # |s|/|A|
     if not sentence_mass:
         return parts[0]  # already packed
