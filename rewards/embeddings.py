@@ -121,7 +121,7 @@ class WordVectors:
         packed = np.concatenate([self.matrix[np.maximum(rows, 0)] * (rows >= 0)[:, None],
                                  (codes[:, None] >> np.array([1, 0])) & 1], axis=1, dtype=np.float64)
         packed = torch.from_numpy(packed).to(device)  # one copy; float64: exact means and costs
-        return _IdTable(packed[:, :-2], packed[:, -2].bool(), packed[:, -1].bool())
+        return _IdTable(packed[:, :-2].contiguous(), packed[:, -2].bool(), packed[:, -1].bool())
 
     def _oov_table(self, oovs: list[list[str]], device: torch.device) -> tuple[_IdTable, int]:
         """Example b's k-th OOV word at row b * width + k; the last batch's table is reused (both

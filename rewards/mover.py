@@ -20,39 +20,55 @@ from rewards.embeddings import Embeddings, TokenVectors
 from rewards.transport import batched_emd
 
 
-def build_bag(tokens: TokenVectors, word_mass: float, sentence_mass: float) -> tuple[Tensor, Tensor]:
-    """Points [B, K, D] and weights [B, K] (float64, nonzero weights first, then zero padding) of
-    each document: its word types with total mass `word_mass`, its sentences with `sentence_mass`."""
+def word_types(tokens: TokenVectors) -> tuple[Tensor, Tensor]:
+    """Each document's word types, found as runs of equal type ids after sorting: vectors
+    [B, K, D] and counts [B, K] (types first, zero counts after)."""
     keep = tokens.keep
     n, width = keep.shape
-    inverse_size = 1 / keep.sum(1, keepdim=True).clamp(min=1).to(torch.float64)  # 1/|A|
+    types = (tokens.word_type if tokens.word_type is not None  # contextual: every token its own type
+             else torch.arange(width, device=keep.device).expand(n, width))
+    sorted_types, order = torch.where(keep, types, -1).sort(dim=1)
+    first = (sorted_types >= 0) & (sorted_types != F.pad(sorted_types[:, :-1], (1, 0), value=-1))
+    run = (first.cumsum(1) - 1).clamp(min=0)
+    counts = torch.zeros(n, width, dtype=torch.float64, device=keep.device).scatter_add_(
+        1, run, (sorted_types >= 0).to(torch.float64))
+    token = torch.zeros_like(order).scatter_(1, torch.where(first, run, width - 1), order)  # a type's first token
+    n_types = int(first.sum(1).max()) if n else 0
+    positions = (token[:, :n_types] + width * torch.arange(n, device=keep.device)[:, None]).flatten()
+    return tokens.vectors(positions).view(n, n_types, -1), counts[:, :n_types]
+
+
+def sentences(tokens: TokenVectors) -> tuple[Tensor, Tensor]:
+    """Each document's sentences: mean word vectors [B, S, D] and word counts [B, S] (0: a
+    sentence with no word left, or padding)."""
+    keep = tokens.keep
+    n = len(keep)
+    slot = tokens.sentence * keep
+    n_slots = int(slot.max()) + 1 if slot.numel() else 1
+    kept = keep.flatten().nonzero().squeeze(1)
+    vectors = tokens.vectors(kept)
+    index = (slot + n_slots * torch.arange(n, device=keep.device)[:, None]).flatten()[kept]
+    sums = vectors.new_zeros(n * n_slots, vectors.size(1)).index_add_(0, index, vectors)
+    counts = torch.zeros(n, n_slots, dtype=torch.float64, device=keep.device).scatter_add_(
+        1, slot, keep.to(torch.float64))
+    return sums.view(n, n_slots, -1) / counts.clamp(min=1)[..., None], counts
+
+
+def build_bag(tokens: TokenVectors, word_mass: float, sentence_mass: float) -> tuple[Tensor, Tensor]:
+    """Points [B, K, D] and weights [B, K] (float64, nonzero weights first, then zero padding) of
+    each document: word types weighted count(w)/|A| · `word_mass`, sentences |s|/|A| · `sentence_mass`."""
+    inverse_size = 1 / tokens.keep.sum(1, keepdim=True).clamp(min=1).to(torch.float64)  # 1/|A|
     parts = []
-    if word_mass:  # one item per type: runs of equal type ids after sorting
-        types = (tokens.word_type if tokens.word_type is not None  # contextual: every token a type
-                 else torch.arange(width, device=keep.device).expand(n, width))
-        sorted_types, order = torch.where(keep, types, -1).sort(dim=1)
-        first = (sorted_types >= 0) & (sorted_types != F.pad(sorted_types[:, :-1], (1, 0), value=-1))
-        run = (first.cumsum(1) - 1).clamp(min=0)
-        count = inverse_size.new_zeros(n, width).scatter_add_(1, run, (sorted_types >= 0).to(torch.float64))
-        token = torch.zeros_like(order).scatter_(1, torch.where(first, run, width - 1), order)
-        n_types = int(first.sum(1).max()) if n else 0
-        positions = (token[:, :n_types] + width * torch.arange(n, device=keep.device)[:, None]).flatten()
-        parts.append((tokens.vectors(positions).view(n, n_types, -1),
-                      word_mass * count[:, :n_types] * inverse_size))  # count(w)/|A|
-    if sentence_mass:  # sentence s of a document: slot s, the mean of its words
-        slot = tokens.sentence * keep
-        n_slots = int(slot.max()) + 1 if slot.numel() else 1
-        kept = keep.flatten().nonzero().squeeze(1)
-        vectors = tokens.vectors(kept)
-        sums = vectors.new_zeros(n * n_slots, vectors.size(1)).index_add_(
-            0, (slot + n_slots * torch.arange(n, device=keep.device)[:, None]).flatten()[kept], vectors)
-        counts = inverse_size.new_zeros(n, n_slots).scatter_add_(1, slot, keep.to(torch.float64))
-        means = sums.view(n, n_slots, -1) / counts.clamp(min=1)[..., None]
-        parts.append((means, sentence_mass * counts * inverse_size))  # |s|/|A|
+    if word_mass:
+        points, counts = word_types(tokens)
+        parts.append((points, word_mass * counts * inverse_size))
+    if sentence_mass:
+        points, counts = sentences(tokens)
+        parts.append((points, sentence_mass * counts * inverse_size))
     if not sentence_mass:
-        return parts[0]  # already packed
+        return parts[0]  # types are already first
     points, weights = torch.cat([p for p, _ in parts], 1), torch.cat([w for _, w in parts], 1)
-    return pack(points, weights, int((weights > 0).sum(1).max()) if n else 0)
+    return pack(points, weights, int((weights > 0).sum(1).max()) if len(weights) else 0)
 
 
 def pack(points: Tensor, weights: Tensor, size: int) -> tuple[Tensor, Tensor]:
