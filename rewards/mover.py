@@ -85,7 +85,7 @@ def euclidean(x: Tensor, y: Tensor) -> Tensor:
     the exact distance (typically 1e-14) and the EMD, Lipschitz in the costs, within 1e-6 too."""
     squared = torch.baddbmm((x * x).sum(2)[:, :, None] + (y * y).sum(2)[:, None, :], x, y.transpose(1, 2),
                             alpha=-2)
-    return torch.where(squared < 1e-12, torch.zeros_like(squared), squared).sqrt()
+    return squared.masked_fill_(squared < 1e-12, 0.0).sqrt_()
 
 
 class MoverSimilarity:
