@@ -1,8 +1,9 @@
 """Exact earth mover's distance for a batch of (cost matrix, histogram, histogram) problems.
 
 Alternatives measured on 1,024 CNN/DM S+WMS problems (scripts/bench_rewards.py --alternatives,
-2 shared CPU cores), none kept: a thread pool gains nothing (POT's solver holds the GIL: 24.9k vs
-24.8k pairs/s); a 2-process pool is slower (11.3k pairs/s: pickling, and the cores are shared);
+2 CPU cores shared with other jobs), none kept: a 2-thread pool gains nothing here (25.0k vs 24.9k
+pairs/s) although POT 0.9.7's emd_c does release the GIL (Python code runs beside a long solve),
+because the second core is busy with others' work; a 2-process pool is slower (11.7k pairs/s);
 batched log-domain Sinkhorn on the device is 30-500x slower (48-790 pairs/s) and off by 0.03-0.12
 in similarity (entropic bias, or marginals not yet met).
 """

@@ -5,6 +5,8 @@ Pairs are See et al.'s pointer-generator summaries and the reference highlights 
 are built before, as in training; that one-off setup is reported apart). "Per pair" goes from text:
 rouge-score for ROUGE-L; Python bags, ot.dist(metric="euclidean") and ot.emd2 for the movers.
 Pairs/s are given by wall clock and by this process's CPU time (fairer on a shared machine).
+Torch runs on one thread by default, like the per-pair way: the rewards' ops are tiny, and on
+cores shared with other jobs torch's intra-op threads made them 20-40x slower (spinning workers).
 
     python scripts/bench_rewards.py [--pairs 1024] [--batch-size 64] [--threads 1] [--alternatives]
 """
@@ -151,7 +153,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DATA, help="folder of the CNN/DM JSONL files")
     parser.add_argument("--pairs", type=int, default=1024)
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--alternatives", action="store_true", help="also measure other EMD solvers")
     args = parser.parse_args()
     if args.threads:
