@@ -1,0 +1,168 @@
+"""Batched decoders for the pointer-generator: greedy, multinomial sampling, and beam search.
+
+Every decoder returns extended ids (see `trainer.vocab`) masked after the first </s>: the </s> step
+counts in `lengths` and keeps its log-prob, later positions hold <pad> (0) with log-prob 0.
+<pad> and <s> are never emitted (so a <pad> in `ids` always means "after </s>").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from models.pointer_generator import EncoderOutput, PointerGenerator
+from trainer.batch import Batch
+
+
+@dataclass
+class Decoded:
+    ids: Tensor        # [B, T] extended ids, <pad> after the first </s>
+    log_probs: Tensor  # [B, T] log-prob of each chosen token, 0 after the first </s>
+    lengths: Tensor    # [B] tokens up to and including the first </s>; T if there is none
+
+    def rows(self, index: slice) -> "Decoded":
+        """A subset of rows, trimmed to its own longest sequence."""
+        lengths = self.lengths[index]
+        T = int(lengths.max()) if lengths.numel() else 0
+        return Decoded(self.ids[index, :T], self.log_probs[index, :T], lengths)
+
+
+def _forbid_specials(model: PointerGenerator, log_probs: Tensor) -> Tensor:
+    """<pad> and <s> are never outputs."""
+    cfg = model.config
+    return log_probs.index_fill(-1, torch.tensor([cfg.pad_id, cfg.bos_id], device=log_probs.device),
+                                float("-inf"))
+
+
+def _decode(model: PointerGenerator, enc: EncoderOutput, max_len: int,
+            choose: Callable[[Tensor], Tensor]) -> Decoded:
+    """Run the decoder, picking each next token with `choose(log_probs [B, X]) -> ids [B]`."""
+    cfg = model.config
+    B, device = enc.src_ext.size(0), enc.src_ext.device
+    state = model.initial_state(enc)
+    ids = torch.full((B,), cfg.bos_id, dtype=torch.long, device=device)
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    tokens, log_probs = [], []
+    for _ in range(max_len):
+        step_log_probs, state, _ = model.step(enc, state, ids)
+        with torch.no_grad():
+            ids = choose(_forbid_specials(model, step_log_probs))
+        chosen = step_log_probs.gather(1, ids.unsqueeze(1)).squeeze(1)
+        tokens.append(ids.masked_fill(done, cfg.pad_id))
+        log_probs.append(chosen.masked_fill(done, 0.0))
+        done = done | (ids == cfg.eos_id)
+        if bool(done.all()):
+            break
+    ids = torch.stack(tokens, 1)
+    return Decoded(ids, torch.stack(log_probs, 1), (ids != cfg.pad_id).sum(1))
+
+
+def _multinomial(generator: torch.Generator | None) -> Callable[[Tensor], Tensor]:
+    return lambda log_probs: torch.multinomial(log_probs.exp(), 1, generator=generator).squeeze(1)
+
+
+def _argmax(log_probs: Tensor) -> Tensor:
+    return log_probs.argmax(-1)
+
+
+def greedy(model: PointerGenerator, batch: Batch, max_len: int = 100, enc: EncoderOutput | None = None) -> Decoded:
+    """Argmax decoding; runs under the caller's grad mode."""
+    return _decode(model, enc if enc is not None else model.encode(batch), max_len, _argmax)
+
+
+def sample(model: PointerGenerator, batch: Batch, max_len: int = 100, enc: EncoderOutput | None = None,
+           generator: torch.Generator | None = None) -> Decoded:
+    """Multinomial sampling from the extended distribution; `log_probs` carry gradient if grad is enabled.
+    `generator` must live on the batch's device."""
+    return _decode(model, enc if enc is not None else model.encode(batch), max_len, _multinomial(generator))
+
+
+def sample_and_greedy(model: PointerGenerator, batch: Batch, max_len: int = 100, enc: EncoderOutput | None = None,
+                      generator: torch.Generator | None = None) -> tuple[Decoded, Decoded]:
+    """A sample ŷ and the greedy baseline ỹ in one decode of 2B rows, without gradient (self-critical
+    training re-scores ŷ with `model.teacher_forced`). Dropout follows the model's train/eval mode, which
+    the caller sets; in train mode the greedy half differs from `greedy` in eval mode."""
+    with torch.no_grad():
+        enc = enc if enc is not None else model.encode(batch)
+        B = enc.src_ext.size(0)
+        sampler = _multinomial(generator)
+        both = _decode(model, enc.index_select(torch.arange(B, device=enc.src_ext.device).repeat(2)), max_len,
+                       lambda log_probs: torch.cat([sampler(log_probs[:B]), _argmax(log_probs[B:])]))
+    return both.rows(slice(0, B)), both.rows(slice(B, 2 * B))
+
+
+def _repeated_trigrams(history: Tensor, size: int) -> Tensor:
+    """[N, size] True for next tokens that would repeat a trigram already in `history` [N, t]."""
+    match = (history[:, :-2] == history[:, -2:-1]) & (history[:, 1:-1] == history[:, -1:])
+    blocked = torch.zeros(history.size(0), size, device=history.device)
+    return blocked.scatter_reduce_(1, history[:, 2:], match.float(), "amax").bool()
+
+
+@torch.no_grad()
+def beam_search(model: PointerGenerator, batch: Batch, beam_size: int = 4, max_len: int = 100, min_len: int = 35,
+                length_penalty: float = 1.0, block_trigrams: bool = False) -> Decoded:
+    """Beam search batched over examples and beams, as in See et al.: each step ranks the top 2K extensions
+    of the K live hypotheses; those ending in </s> (ranked above the K-th live one) are finished, the first
+    K others live on. An example stops once it has K finished hypotheses. The result is the finished
+    hypothesis (or, if none, the best live one at `max_len`) with the best score / length ** length_penalty.
+    </s> is forbidden before `min_len` tokens."""
+    cfg, K = model.config, beam_size
+    enc = model.encode(batch)
+    B, device = enc.src_ext.size(0), enc.src_ext.device
+    enc = enc.index_select(torch.arange(B, device=device).repeat_interleave(K))
+    state = model.initial_state(enc)
+    ninf = float("-inf")
+    scores = torch.full((B, K), ninf, device=device)
+    scores[:, 0] = 0.0  # one live hypothesis at first, so the K beams don't start as copies
+    history = torch.zeros(B * K, 0, dtype=torch.long, device=device)
+    history_lp = torch.zeros(B * K, 0, device=device)
+    best = torch.full((B,), ninf, device=device)
+    best_ids = torch.full((B, max_len), cfg.pad_id, dtype=torch.long, device=device)
+    best_lp = torch.zeros(B, max_len, device=device)
+    n_finished = torch.zeros(B, dtype=torch.long, device=device)
+    ids = torch.full((B * K,), cfg.bos_id, dtype=torch.long, device=device)
+    rank = torch.arange(2 * K, device=device)
+    for t in range(max_len):
+        log_probs, state, _ = model.step(enc, state, ids)
+        log_probs = _forbid_specials(model, log_probs)
+        if t < min_len:
+            log_probs[:, cfg.eos_id] = ninf
+        if block_trigrams:
+            log_probs = log_probs.masked_fill(_repeated_trigrams(history, log_probs.size(-1)), ninf)
+        X = log_probs.size(-1)
+        top, flat = (scores.view(-1, 1) + log_probs).view(B, K * X).topk(2 * K, -1)
+        token = flat % X
+        beam = torch.arange(B, device=device).unsqueeze(1) * K + flat // X  # [B, 2K] rows of parents
+        cand = torch.cat([history[beam], token.unsqueeze(-1)], -1)  # [B, 2K, t + 1]
+        cand_lp = torch.cat([history_lp[beam], log_probs.view(B, K * X).gather(1, flat).unsqueeze(-1)], -1)
+
+        is_eos = token == cfg.eos_id
+        live_before = (~is_eos).cumsum(-1) - (~is_eos).long()
+        finished = is_eos & (live_before < K) & top.isfinite()
+        norm = (top / (t + 1) ** length_penalty).masked_fill(~finished, ninf)
+        norm, j = norm.max(-1)
+        better = norm > best
+        best = torch.where(better, norm, best)
+        pick = torch.arange(B, device=device)
+        best_ids[:, : t + 1] = torch.where(better.unsqueeze(1), cand[pick, j], best_ids[:, : t + 1])
+        best_lp[:, : t + 1] = torch.where(better.unsqueeze(1), cand_lp[pick, j], best_lp[:, : t + 1])
+        n_finished += finished.sum(-1)
+
+        keep = (is_eos.long() * 2 * K + rank).argsort(-1)[:, :K]  # first K candidates not ending in </s>
+        scores = top.gather(1, keep).masked_fill((n_finished >= K).unsqueeze(1), ninf)
+        rows = beam.gather(1, keep).view(-1)
+        state = state.index_select(rows)
+        keep_hist = keep.unsqueeze(-1).expand(-1, -1, t + 1)
+        history = cand.gather(1, keep_hist).view(B * K, t + 1)
+        history_lp = cand_lp.gather(1, keep_hist).view(B * K, t + 1)
+        ids = token.gather(1, keep).view(-1)
+        if bool((n_finished >= K).all()):
+            break
+    else:  # reached max_len: examples without a finished hypothesis take their best live one
+        none = best == ninf
+        best_ids = torch.where(none.unsqueeze(1), history.view(B, K, -1)[:, 0], best_ids)
+        best_lp = torch.where(none.unsqueeze(1), history_lp.view(B, K, -1)[:, 0], best_lp)
+    lengths = (best_ids != cfg.pad_id).sum(1)
+    return Decoded(best_ids, best_lp, lengths).rows(slice(None))

@@ -1,0 +1,257 @@
+"""Pointer-generator network (See et al. 2017, "Get To The Point").
+
+Shapes: B batch, S source length, T target length, H hidden size, E embedding size,
+V model vocabulary, X = V + n_copy_oovs the batch's extended vocabulary (see `trainer.vocab`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from trainer.batch import Batch
+from trainer.vocab import Vocabulary
+
+
+@dataclass
+class PointerGeneratorConfig:
+    vocab_size: int = 50_000
+    emb_dim: int = 128
+    hidden_dim: int = 256
+    enc_layers: int = 1
+    dec_layers: int = 1
+    dropout: float = 0.0
+    pointer: bool = True  # False: plain seq2seq with attention (p_gen fixed at 1)
+    coverage: bool = False
+    coverage_weight: float = 1.0
+    eps: float = 1e-12  # added to probabilities before log, so p_gen at 0 or 1 never gives log(0)
+    pad_id: int = Vocabulary.pad_id
+    unk_id: int = Vocabulary.unk_id
+    bos_id: int = Vocabulary.bos_id
+    eos_id: int = Vocabulary.eos_id
+
+
+@dataclass
+class DecoderState:
+    h: Tensor         # [L, B, H] LSTM hidden state per decoder layer
+    c: Tensor         # [L, B, H] LSTM cell state
+    context: Tensor   # [B, 2H] previous attention context h*_{t-1} (input feeding)
+    coverage: Tensor  # [B, S] sum of past attention distributions
+
+    def index_select(self, index: Tensor) -> "DecoderState":
+        return DecoderState(self.h[:, index], self.c[:, index], self.context[index], self.coverage[index])
+
+
+@dataclass
+class EncoderOutput:
+    outputs: Tensor    # [B, S, 2H] bi-LSTM outputs h_i
+    features: Tensor   # [B, S, 2H] W_h h_i, computed once per article
+    mask: Tensor       # [B, S] True where attention may look
+    src_ext: Tensor    # [B, S] extended ids: where copied attention mass goes
+    n_copy_oovs: int
+    init: DecoderState
+
+    def index_select(self, index: Tensor) -> "EncoderOutput":
+        """Rows `index` of every tensor (repeat rows for sampling twice, reorder beams)."""
+        return replace(self, outputs=self.outputs[index], features=self.features[index], mask=self.mask[index],
+                       src_ext=self.src_ext[index], init=self.init.index_select(index))
+
+
+@dataclass
+class TeacherForced:
+    log_probs: Tensor      # [B, T] fp32 log p(target_t); 0 where the target is <pad>
+    coverage_loss: Tensor  # [B, T] sum_i min(a_i^t, c_i^t); zeros when coverage is off
+
+
+def _reverse_rows(x: Tensor, lengths: Tensor) -> Tensor:
+    """Reverse the first lengths[b] positions of each row of x [B, S, D], padding left in place (an involution)."""
+    pos = torch.arange(x.size(1), device=x.device)
+    index = torch.where(pos < lengths[:, None], lengths[:, None] - 1 - pos, pos)
+    return x.gather(1, index.unsqueeze(-1).expand_as(x))
+
+
+def _run_lstm(lstm: nn.LSTM, x: Tensor, lengths: list[int]) -> tuple[Tensor, Tensor, Tensor]:
+    """A one-layer LSTM over rows sorted by decreasing length: outputs [B, S, H] (zeros on padding) and each row's
+    final h and c [B, H]. Like a PackedSequence, but one plain (cuDNN / oneDNN) call per distinct length."""
+    B, H = x.size(0), lstm.hidden_size
+    h = c = x.new_zeros(1, B, H)
+    outputs, start = [], 0
+    for end in sorted(set(lengths)):
+        n = sum(length >= end for length in lengths)  # rows still going: a prefix, as rows are sorted
+        out, (h_n, c_n) = lstm(x[:n, start:end], (h[:, :n], c[:, :n]))
+        outputs.append(F.pad(out, (0, 0, 0, 0, 0, B - n)))
+        h, c = torch.cat([h_n, h[:, n:]], 1), torch.cat([c_n, c[:, n:]], 1)
+        start = end
+    out = torch.cat(outputs, 1)
+    return F.pad(out, (0, 0, 0, x.size(1) - out.size(1))), h[0], c[0]
+
+
+class BiLSTMEncoder(nn.Module):
+    """Bidirectional multi-layer LSTM over right-padded rows; the backward direction reads each row reversed.
+    (PyTorch's packed-sequence LSTM is ~10x slower on CPU than these plain calls.)"""
+
+    def __init__(self, input_size: int, hidden_size: int, layers: int, dropout: float):
+        super().__init__()
+        sizes = [input_size] + [2 * hidden_size] * (layers - 1)
+        self.fw = nn.ModuleList(nn.LSTM(n, hidden_size, batch_first=True) for n in sizes)
+        self.bw = nn.ModuleList(nn.LSTM(n, hidden_size, batch_first=True) for n in sizes)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """x [B, S, D], lengths [B] >= 1 -> outputs [B, S, 2H], top layer's final [h_fw; h_bw] and [c_fw; c_bw]."""
+        order = lengths.argsort(descending=True)
+        x, lengths = x[order], lengths[order]
+        lens = lengths.tolist()
+        for i, (fw, bw) in enumerate(zip(self.fw, self.bw)):
+            if i > 0:
+                x = self.dropout(x)
+            out_fw, h_fw, c_fw = _run_lstm(fw, x, lens)
+            out_bw, h_bw, c_bw = _run_lstm(bw, _reverse_rows(x, lengths), lens)
+            x = torch.cat([out_fw, _reverse_rows(out_bw, lengths)], -1)
+        unsort = order.argsort()
+        return x[unsort], torch.cat([h_fw, h_bw], -1)[unsort], torch.cat([c_fw, c_bw], -1)[unsort]
+
+
+class PointerGenerator(nn.Module):
+    def __init__(self, config: PointerGeneratorConfig):
+        super().__init__()
+        self.config = cfg = config
+        E, H = cfg.emb_dim, cfg.hidden_dim
+        self.embedding = nn.Embedding(cfg.vocab_size, E, padding_idx=cfg.pad_id)  # shared by encoder and decoder
+        self.encoder = BiLSTMEncoder(E, H, cfg.enc_layers, cfg.dropout)
+        self.reduce_h = nn.Linear(2 * H, cfg.dec_layers * H)  # final fw/bw states -> decoder init
+        self.reduce_c = nn.Linear(2 * H, cfg.dec_layers * H)
+        self.W_h = nn.Linear(2 * H, 2 * H, bias=False)  # encoder features
+        self.W_s = nn.Linear(2 * H, 2 * H)  # decoder features [s_t = (h; c)], its bias is b_attn
+        # Zero-init so switching coverage on late (as See et al. do) starts from the trained attention;
+        # it exists even with coverage off so that checkpoints load either way.
+        self.w_c = nn.Parameter(torch.zeros(2 * H))
+        self.v = nn.Linear(2 * H, 1, bias=False)
+        self.input_feed = nn.Linear(E + 2 * H, E)  # x_t from the embedding and the previous context
+        self.decoder = nn.ModuleList(nn.LSTMCell(E if i == 0 else H, H) for i in range(cfg.dec_layers))
+        self.p_gen = nn.Linear(2 * H + 2 * H + E, 1)  # [h*_t; s_t = (h; c); x_t]
+        self.out_hidden = nn.Linear(3 * H, H)  # V [s_t; h*_t] + b
+        self.out_vocab = nn.Linear(H, cfg.vocab_size)  # V' (.) + b'
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    # ---- encoder -------------------------------------------------------------------------------
+    def encode(self, batch: Batch) -> EncoderOutput:
+        mask = batch.src_mask.clone()
+        mask[:, 0] = True  # an empty article still gets one (pad) position to attend to, never a NaN softmax
+        outputs, h_n, c_n = self.encoder(self.dropout(self.embedding(batch.src)), mask.sum(1))
+        B, L, H = batch.src.size(0), self.config.dec_layers, self.config.hidden_dim
+
+        def reduce(layer: nn.Linear, final: Tensor) -> Tensor:  # [B, 2H] -> [L, B, H]
+            return F.relu(layer(final)).view(B, L, H).transpose(0, 1).contiguous()
+
+        init = DecoderState(reduce(self.reduce_h, h_n), reduce(self.reduce_c, c_n),
+                            outputs.new_zeros(B, 2 * H), outputs.new_zeros(mask.shape, dtype=torch.float))
+        return EncoderOutput(outputs, self.W_h(outputs), mask, batch.src_ext, batch.n_copy_oovs, init)
+
+    def initial_state(self, enc: EncoderOutput) -> DecoderState:
+        return enc.init
+
+    # ---- one recurrent step (shared by teacher forcing and decoding) ---------------------------------
+    def _embed(self, ids: Tensor) -> Tensor:
+        ids = ids.masked_fill(ids >= self.config.vocab_size, self.config.unk_id)  # copied OOVs are read as <unk>
+        return self.dropout(self.embedding(ids))
+
+    def _recur(self, enc: EncoderOutput, state: DecoderState, emb: Tensor
+               ) -> tuple[DecoderState, Tensor, Tensor, Tensor]:
+        """Advance the decoder by one token; returns (state, attention [B, S], p_gen logit [B], coverage loss [B])."""
+        x = self.input_feed(torch.cat([emb, state.context], -1))
+        hs, cs, inp = [], [], x
+        for i, cell in enumerate(self.decoder):
+            h, c = cell(inp, (state.h[i], state.c[i]))
+            hs.append(h)
+            cs.append(c)
+            inp = self.dropout(h) if i + 1 < len(self.decoder) else h
+        s_t = torch.cat([h, c], -1)
+        # e_i = v·tanh(z_i), z_i = W_h h_i + W_s s_t (+ w_c c_i) + b_attn, computed as 2 v·σ(2 z_i) - Σv: the same
+        # value, but torch's CPU sigmoid is ~6x faster than its tanh. In place, so one [B, S, 2H] buffer per step.
+        z2 = torch.add(2 * self.W_s(s_t).unsqueeze(1), enc.features, alpha=2)
+        if self.config.coverage:  # the coverage *before* this step's attention
+            z2 = z2.addcmul_(state.coverage.unsqueeze(-1).to(z2.dtype), self.w_c, value=2)
+        v = self.v.weight.squeeze(0)
+        scores = (2 * (z2.sigmoid_() @ v) - v.sum()).float().masked_fill(~enc.mask, float("-inf"))
+        attn = torch.softmax(scores, -1)
+        context = torch.bmm(attn.unsqueeze(1).to(enc.outputs.dtype), enc.outputs).squeeze(1)
+        p_gen_logit = self.p_gen(torch.cat([context, s_t, x], -1)).squeeze(-1)
+        if self.config.coverage:
+            cov_loss = torch.minimum(attn, state.coverage).sum(-1)
+            coverage = state.coverage + attn
+        else:
+            cov_loss, coverage = attn.new_zeros(attn.size(0)), state.coverage
+        return DecoderState(torch.stack(hs), torch.stack(cs), context, coverage), attn, p_gen_logit, cov_loss
+
+    def _p_gen(self, logit: Tensor) -> Tensor:
+        return torch.sigmoid(logit.float()) if self.config.pointer else torch.ones_like(logit, dtype=torch.float)
+
+    def _log(self, p: Tensor) -> Tensor:
+        """log(p + eps), capped at 0 where rounding pushed a mixture of probabilities above 1."""
+        return torch.log(p + self.config.eps).clamp(max=0.0)
+
+    def _vocab_logits(self, out: Tensor) -> Tensor:
+        """V'(V [s_t; h*_t] + b) + b' in fp32, for any leading shape."""
+        return self.out_vocab(self.out_hidden(self.dropout(out))).float()
+
+    def _extended_log_probs(self, out: Tensor, p_gen_logit: Tensor, attn: Tensor, enc: EncoderOutput) -> Tensor:
+        """log of p_gen P_vocab (zero-extended) + (1 - p_gen) Σ_{i: src_i = w} a_i, over [..., X], in fp32."""
+        p_gen = self._p_gen(p_gen_logit).unsqueeze(-1)
+        p = p_gen * torch.softmax(self._vocab_logits(out), -1)
+        p = F.pad(p, (0, enc.n_copy_oovs))
+        src_ext = enc.src_ext if attn.dim() == 2 else enc.src_ext.unsqueeze(1).expand_as(attn)
+        p = p.scatter_add(-1, src_ext, (1 - p_gen) * attn.float())  # repeated source words add up
+        return self._log(p)
+
+    def step(self, enc: EncoderOutput, state: DecoderState, input_ids: Tensor
+             ) -> tuple[Tensor, DecoderState, Tensor]:
+        """One decoder step from extended ids [B]: (log-probs [B, X] fp32, new state, attention [B, S])."""
+        state, attn, p_gen_logit, _ = self._recur(enc, state, self._embed(input_ids))
+        out = torch.cat([state.h[-1], state.context], -1)
+        return self._extended_log_probs(out, p_gen_logit, attn, enc), state, attn
+
+    # ---- teacher forcing (the training hot path) -----------------------------------------------------
+    def _unroll(self, enc: EncoderOutput, dec_in: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Run the decoder over `dec_in` [B, T]: outputs [B, T, 3H], p_gen logits, attention [B, T, S], coverage loss."""
+        state, emb = enc.init, self._embed(dec_in)
+        outs, p_gen_logits, attns, cov_losses = [], [], [], []
+        for emb_t in emb.unbind(1):
+            state, attn, p_gen_logit, cov_loss = self._recur(enc, state, emb_t)
+            outs.append(torch.cat([state.h[-1], state.context], -1))
+            p_gen_logits.append(p_gen_logit)
+            attns.append(attn)
+            cov_losses.append(cov_loss)
+        return torch.stack(outs, 1), torch.stack(p_gen_logits, 1), torch.stack(attns, 1), torch.stack(cov_losses, 1)
+
+    def teacher_forced(self, enc: EncoderOutput, dec_in: Tensor, target: Tensor) -> TeacherForced:
+        """log p(target_t | target_<t) for extended-id targets [B, T], without forming [B, T, X]."""
+        out, p_gen_logit, attn, cov_loss = self._unroll(enc, dec_in)
+        real = target != self.config.pad_id  # only these positions go through the big output layer
+        tgt = target[real]
+        logits = self._vocab_logits(out[real])  # [N, V]
+        in_vocab = tgt < self.config.vocab_size  # P_vocab of a copied OOV is 0
+        p_vocab = torch.exp(-F.cross_entropy(logits, tgt.clamp(max=self.config.vocab_size - 1), reduction="none"))
+        p_vocab = p_vocab * in_vocab
+        p_copy = (attn.float() * (enc.src_ext.unsqueeze(1) == target.unsqueeze(-1))).sum(-1)[real]
+        p_gen = self._p_gen(p_gen_logit[real])
+        log_p = self._log(p_gen * p_vocab + (1 - p_gen) * p_copy)
+        return TeacherForced(torch.zeros_like(target, dtype=torch.float).masked_scatter(real, log_p), cov_loss)
+
+    def forward(self, batch: Batch) -> Tensor:
+        """Teacher-forced log-probabilities over the extended vocabulary, [B, T, X] fp32."""
+        enc = self.encode(batch)
+        out, p_gen_logit, attn, _ = self._unroll(enc, batch.dec_in)
+        return self._extended_log_probs(out, p_gen_logit, attn, enc)
+
+    def mle_loss(self, batch: Batch, enc: EncoderOutput | None = None) -> dict[str, Tensor]:
+        """Token-averaged NLL of the reference (and coverage loss); pass `enc` to reuse an encoding."""
+        tf = self.teacher_forced(enc if enc is not None else self.encode(batch), batch.dec_in, batch.target)
+        mask = batch.target_mask.float()
+        n = mask.sum().clamp(min=1)
+        nll = -(tf.log_probs * mask).sum() / n
+        coverage = (tf.coverage_loss * mask).sum() / n
+        loss = nll + self.config.coverage_weight * coverage if self.config.coverage else nll
+        return {"loss": loss, "nll": nll, "coverage": coverage}

@@ -1,0 +1,274 @@
+import itertools
+import random
+
+import pytest
+import torch
+from rouge_score import rouge_scorer
+
+from models.decoding import Decoded, beam_search, greedy, sample, sample_and_greedy
+from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
+from trainer.batch import Batch, Example, collate
+from trainer.vocab import Vocabulary
+
+NAMES = "zorblax quimbey fennick glorbo trastel vumble plonkett sizzard brindle koffa snerdle wopple".split()
+VERBS = "visited painted sold found built cleaned bought opened".split()
+NOUNS = "house boat garden bridge school market library tower".split()
+PLACES = "london paris the-village the-city madrid berlin".split()
+DAYS = "monday tuesday wednesday thursday friday saturday sunday".split()
+ADJS = "old new big small quiet busy green famous".split()
+
+
+def toy_corpus(n: int = 64, seed: int = 0) -> list[Example]:
+    """News-like articles: filler sentences plus one sentence about a rare name (outside the vocabulary);
+    the summary is that sentence, so writing it needs copying."""
+    rng = random.Random(seed)
+    examples = []
+    for k in range(n):
+        news = [rng.choice(NAMES), rng.choice(VERBS), "the", rng.choice(NOUNS), "in", rng.choice(PLACES),
+                "on", rng.choice(DAYS), "."]
+        filler = [["the", rng.choice(NOUNS), "was", rng.choice(ADJS), "and", rng.choice(ADJS), "."]
+                  for _ in range(rng.randint(1, 3))]
+        sentences = filler + [news]
+        rng.shuffle(sentences)
+        examples.append(Example(f"toy-{k}", [t for s in sentences for t in s], [news]))
+    return examples
+
+
+def toy_vocab() -> Vocabulary:
+    return Vocabulary(VERBS + NOUNS + PLACES + DAYS + ADJS + "the in on was and .".split())  # no names
+
+
+class WhitespaceTokenizer:
+    def tokenize(self, text: str) -> list[str]:
+        return text.split()
+
+
+def train(model: PointerGenerator, batches, steps: int, lr: float = 1e-2) -> None:
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    model.train()
+    for step in range(steps):
+        loss = model.mle_loss(batches[step % len(batches)])["loss"]
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 2.0)
+        optimizer.step()
+    model.eval()
+
+
+@pytest.fixture(scope="module")
+def toy():
+    """A small pointer-generator trained on the toy corpus, plus a snapshot from early in training."""
+    torch.manual_seed(0)
+    vocab, examples = toy_vocab(), toy_corpus()
+    batches = [collate(examples[i:i + 16], vocab) for i in range(0, len(examples), 16)]
+    model = PointerGenerator(PointerGeneratorConfig(vocab_size=len(vocab), emb_dim=32, hidden_dim=64))
+    train(model, batches, 15)
+    early = PointerGenerator(model.config)
+    early.load_state_dict(model.state_dict())
+    train(model, batches, 60)
+    return vocab, examples, batches, early.eval(), model
+
+
+@pytest.fixture
+def untrained():
+    torch.manual_seed(0)
+    vocab, examples = toy_vocab(), toy_corpus(8, seed=1)
+    model = PointerGenerator(PointerGeneratorConfig(vocab_size=len(vocab), emb_dim=16, hidden_dim=24)).eval()
+    return model, collate(examples, vocab)
+
+
+def normalised_scores(out: Decoded, length_penalty: float = 1.0) -> torch.Tensor:
+    return out.log_probs.sum(1) / out.lengths.float() ** length_penalty
+
+
+def assert_well_formed(model: PointerGenerator, batch, out: Decoded, max_len: int) -> None:
+    """Masked after the first </s> (kept), lengths count it, and log-probs re-score under teacher forcing."""
+    eos, pad = model.config.eos_id, model.config.pad_id
+    assert out.ids.shape == out.log_probs.shape and out.ids.size(1) <= max_len
+    for ids, log_probs, length in zip(out.ids.tolist(), out.log_probs.tolist(), out.lengths.tolist()):
+        first_eos = ids.index(eos) + 1 if eos in ids else None
+        assert length == (first_eos or max_len)
+        assert pad not in ids[:length]
+        assert all(i == pad for i in ids[length:]) and all(lp == 0 for lp in log_probs[length:])
+        assert all(lp <= 0 for lp in log_probs[:length])
+    # the reported log-probs are the model's: re-score the decoded sequences with teacher forcing
+    dec_in = torch.cat([torch.full_like(out.ids[:, :1], model.config.bos_id), out.ids[:, :-1]], 1)
+    with torch.no_grad():
+        tf = model.teacher_forced(model.encode(batch), dec_in, out.ids)
+    mask = out.ids != pad
+    torch.testing.assert_close(out.log_probs[mask], tf.log_probs[mask], atol=1e-4, rtol=1e-4)
+
+
+def assert_beam_of_width_one_is_greedy(model: PointerGenerator, batch) -> None:
+    with torch.no_grad():
+        g = greedy(model, batch, max_len=12)
+    b = beam_search(model, batch, beam_size=1, max_len=12, min_len=0, length_penalty=0.0)
+    assert torch.equal(b.ids, g.ids) and torch.equal(b.lengths, g.lengths)
+    torch.testing.assert_close(b.log_probs, g.log_probs)
+
+
+def test_beam_of_width_one_is_greedy(untrained, toy):
+    assert_beam_of_width_one_is_greedy(*untrained)
+    _, _, batches, early, model = toy
+    for m in (early, model):
+        assert_beam_of_width_one_is_greedy(m, batches[0])
+
+
+class MarkovChain(PointerGenerator):
+    """A stand-in model whose next-token log-probs depend only on the previous token (rows of `table`),
+    so that decoders can be checked against exhaustive search."""
+
+    def __init__(self, table: torch.Tensor):
+        super().__init__(PointerGeneratorConfig(vocab_size=table.size(0), emb_dim=4, hidden_dim=4))
+        self.table = table
+
+    def step(self, enc, state, input_ids):
+        return self.table[input_ids], state, None
+
+
+def markov_chain(seed: int, words: int = 3) -> MarkovChain:
+    """Transitions among </s> and `words` words (ids 4, 5, ...); <pad>, <unk>, <s> are never produced."""
+    V = 4 + words
+    logits = torch.randn(V, V, generator=torch.Generator().manual_seed(seed)) * 2
+    logits[:, :3] = float("-inf")
+    return MarkovChain(torch.log_softmax(logits, -1))
+
+
+def markov_batch() -> Batch:
+    vocab = Vocabulary(["a", "b", "c"])  # ids 4, 5, 6 as in `markov_chain`
+    return collate([Example("x", ["a", "b"], None), Example("y", ["c"], None)], vocab)
+
+
+def exhaustive_best(model: MarkovChain, max_len: int, min_len: int, length_penalty: float) -> tuple[list[int], float]:
+    """The finished sequence (ending in </s>, at least min_len tokens before it) with the best normalised score."""
+    eos, bos = model.config.eos_id, model.config.bos_id
+    best, best_score = None, float("-inf")
+    for n in range(min_len, max_len):
+        for words in itertools.product(range(4, model.table.size(0)), repeat=n):
+            seq = list(words) + [eos]
+            score = sum(model.table[prev, tok].item() for prev, tok in zip([bos] + seq[:-1], seq))
+            if score / len(seq) ** length_penalty > best_score:
+                best, best_score = seq, score / len(seq) ** length_penalty
+    return best, best_score
+
+
+@pytest.mark.parametrize("length_penalty", [0.0, 1.0])
+def test_wide_beam_finds_the_exhaustive_optimum(length_penalty):
+    batch = markov_batch()
+    for seed in range(5):
+        model = markov_chain(seed)
+        best, best_score = exhaustive_best(model, max_len=5, min_len=1, length_penalty=length_penalty)
+        out = beam_search(model, batch, beam_size=100, max_len=5, min_len=1, length_penalty=length_penalty)
+        for ids, log_probs, n in zip(out.ids.tolist(), out.log_probs, out.lengths.tolist()):
+            assert ids[:n] == best
+            assert log_probs.sum().item() / n ** length_penalty == pytest.approx(best_score, abs=1e-5)
+
+
+def test_beam_of_width_one_follows_greedy_past_a_runner_up_eos():
+    batch = markov_batch()
+    for seed in range(20):
+        assert_beam_of_width_one_is_greedy(markov_chain(seed), batch)
+
+
+def test_untrained_decodes_run_to_max_len_and_are_masked(untrained):
+    model, batch = untrained
+    with torch.no_grad():
+        outs = [greedy(model, batch, max_len=7), sample(model, batch, 7, generator=torch.Generator().manual_seed(0)),
+                *sample_and_greedy(model, batch, 7, generator=torch.Generator().manual_seed(0))]
+    outs.append(beam_search(model, batch, beam_size=3, max_len=7, min_len=2))
+    for out in outs:
+        assert_well_formed(model, batch, out, max_len=7)
+
+
+def test_trained_decodes_stop_at_eos_and_are_masked(toy):
+    vocab, _, batches, _, model = toy
+    batch = batches[0]
+    with torch.no_grad():
+        g = greedy(model, batch, max_len=30)
+        s, sg = sample_and_greedy(model, batch, 30, generator=torch.Generator().manual_seed(0))
+    b = beam_search(model, batch, beam_size=4, max_len=30, min_len=0)
+    long = beam_search(model, batch, beam_size=4, max_len=30, min_len=12)  # longer than the references
+    for out in (g, s, sg, b, long):
+        assert_well_formed(model, batch, out, max_len=30)
+        assert (out.lengths < 30).all()  # the trained model ends its summaries
+    assert (b.lengths <= 10).all() and (long.lengths >= 13).all() and (long.lengths == 13).any()
+
+
+def test_sampling_is_reproducible_and_keeps_grad(untrained):
+    model, batch = untrained
+    a = sample(model, batch, 10, generator=torch.Generator().manual_seed(3))
+    b = sample(model, batch, 10, generator=torch.Generator().manual_seed(3))
+    c = sample(model, batch, 10, generator=torch.Generator().manual_seed(4))
+    assert torch.equal(a.ids, b.ids) and not torch.equal(a.ids, c.ids)
+    assert a.log_probs.requires_grad
+    a.log_probs.sum().backward()
+    assert model.p_gen.weight.grad is not None
+
+
+def test_sample_and_greedy_halves(untrained):
+    model, batch = untrained
+    gen = torch.Generator().manual_seed(5)
+    s, g = sample_and_greedy(model, batch, 10, generator=gen)
+    with torch.no_grad():
+        reference = greedy(model, batch, 10)
+    assert torch.equal(g.ids, reference.ids) and torch.equal(g.lengths, reference.lengths)
+    torch.testing.assert_close(g.log_probs, reference.log_probs, atol=1e-5, rtol=1e-5)
+    assert not s.log_probs.requires_grad and len(s.lengths) == len(batch)
+    assert not torch.equal(s.ids, g.ids)  # an untrained model's samples are not its argmax
+
+
+def test_trigram_blocking(untrained):
+    model, batch = untrained
+
+    def repeats(ids: list[int]) -> bool:
+        trigrams = [tuple(ids[i:i + 3]) for i in range(len(ids) - 2)]
+        return len(trigrams) != len(set(trigrams))
+
+    plain = beam_search(model, batch, beam_size=3, max_len=15, min_len=15)
+    blocked = beam_search(model, batch, beam_size=3, max_len=15, min_len=15, block_trigrams=True)
+    assert any(repeats(ids) for ids in plain.ids.tolist())  # the untrained model does repeat itself
+    assert not any(repeats(ids[:n]) for ids, n in zip(blocked.ids.tolist(), blocked.lengths.tolist()))
+
+
+def test_beam_beats_greedy_on_length_normalised_score(toy):
+    _, _, batches, early, _ = toy
+    beam_scores, greedy_scores = [], []
+    for batch in batches:
+        with torch.no_grad():
+            greedy_scores.append(normalised_scores(greedy(early, batch, max_len=30)))
+        beam_scores.append(normalised_scores(beam_search(early, batch, beam_size=4, max_len=30, min_len=0)))
+    beam_scores, greedy_scores = torch.cat(beam_scores), torch.cat(greedy_scores)
+    assert (beam_scores >= greedy_scores - 1e-4).float().mean() >= 0.9
+    assert beam_scores.mean() > greedy_scores.mean() + 1e-3
+
+
+@pytest.mark.slow
+def test_overfits_toy_corpus_and_copies_oov_names(toy):
+    vocab, examples, batches, _, model = toy
+    scorer = rouge_scorer.RougeScorer(["rougeL"], tokenizer=WhitespaceTokenizer())
+    f_scores, copied = [], set()
+    for start, batch in zip(range(0, len(examples), 16), batches):
+        with torch.no_grad():
+            out = greedy(model, batch, max_len=30)
+        for ex, ids, oovs in zip(examples[start:start + 16], out.ids.tolist(), batch.oovs):
+            tokens = vocab.decode(ids, oovs)
+            reference = " ".join(t for s in ex.reference for t in s)
+            f_scores.append(scorer.score(reference, " ".join(tokens))["rougeL"].fmeasure)
+            copied.update(set(tokens) & set(NAMES))
+    assert sum(f_scores) / len(f_scores) > 0.8
+    assert len(copied) >= len(NAMES) // 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_decoders_stay_on_cuda(untrained):
+    model, batch = untrained
+    model, batch = model.cuda(), batch.to("cuda")
+    with torch.no_grad():
+        outs = [greedy(model, batch, 8), sample(model, batch, 8, generator=torch.Generator("cuda").manual_seed(0)),
+                *sample_and_greedy(model, batch, 8, generator=torch.Generator("cuda").manual_seed(0))]
+    outs.append(beam_search(model, batch, beam_size=3, max_len=8, min_len=2, block_trigrams=True))
+    for out in outs:
+        assert out.ids.is_cuda and out.log_probs.is_cuda and out.lengths.is_cuda
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = model.mle_loss(batch)["loss"]
+    assert loss.is_cuda and torch.isfinite(loss)
