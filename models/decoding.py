@@ -3,6 +3,7 @@
 Every decoder returns extended ids (see `trainer.vocab`) masked after the first </s>: the </s> step
 counts in `lengths` and keeps its log-prob, later positions hold <pad> (0) with log-prob 0.
 <pad> and <s> are never emitted (so a <pad> in `ids` always means "after </s>").
+Decoders run in the model's current mode: call `model.eval()` first unless dropout is wanted.
 """
 from __future__ import annotations
 
@@ -165,4 +166,4 @@ def beam_search(model: PointerGenerator, batch: Batch, beam_size: int = 4, max_l
         best_ids = torch.where(none.unsqueeze(1), history.view(B, K, -1)[:, 0], best_ids)
         best_lp = torch.where(none.unsqueeze(1), history_lp.view(B, K, -1)[:, 0], best_lp)
     lengths = (best_ids != cfg.pad_id).sum(1)
-    return Decoded(best_ids, best_lp, lengths).rows(slice(None))
+    return Decoded(best_ids, best_lp, lengths).rows(slice(None))  # trimmed to the longest result

@@ -47,7 +47,7 @@ class DecoderState:
 @dataclass
 class EncoderOutput:
     outputs: Tensor    # [B, S, 2H] bi-LSTM outputs h_i
-    features: Tensor   # [B, S, 2H] W_h h_i, computed once per article
+    features: Tensor   # [B, S, 2H] 2 W_h h_i (doubled for the sigmoid form of attention), once per article
     mask: Tensor       # [B, S] True where attention may look
     src_ext: Tensor    # [B, S] extended ids: where copied attention mass goes
     n_copy_oovs: int
@@ -148,7 +148,7 @@ class PointerGenerator(nn.Module):
 
         init = DecoderState(reduce(self.reduce_h, h_n), reduce(self.reduce_c, c_n),
                             outputs.new_zeros(B, 2 * H), outputs.new_zeros(mask.shape, dtype=torch.float))
-        return EncoderOutput(outputs, self.W_h(outputs), mask, batch.src_ext, batch.n_copy_oovs, init)
+        return EncoderOutput(outputs, 2 * self.W_h(outputs), mask, batch.src_ext, batch.n_copy_oovs, init)
 
     def initial_state(self, enc: EncoderOutput) -> DecoderState:
         return enc.init
@@ -171,7 +171,7 @@ class PointerGenerator(nn.Module):
         s_t = torch.cat([h, c], -1)
         # e_i = v·tanh(z_i), z_i = W_h h_i + W_s s_t (+ w_c c_i) + b_attn, computed as 2 v·σ(2 z_i) - Σv: the same
         # value, but torch's CPU sigmoid is ~6x faster than its tanh. In place, so one [B, S, 2H] buffer per step.
-        z2 = torch.add(2 * self.W_s(s_t).unsqueeze(1), enc.features, alpha=2)
+        z2 = enc.features + 2 * self.W_s(s_t).unsqueeze(1)
         if self.config.coverage:  # the coverage *before* this step's attention
             z2 = z2.addcmul_(state.coverage.unsqueeze(-1).to(z2.dtype), self.w_c, value=2)
         v = self.v.weight.squeeze(0)

@@ -5,9 +5,14 @@ on real CNN/DM articles: median step time, examples/s and peak memory.
 """
 from __future__ import annotations
 
+import os
+
+# Sleeping, not spinning, OpenMP workers: on a shared machine, spinning threads made steps 2-20x slower whenever
+# another process held a core. Set OMP_WAIT_POLICY yourself to override.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import argparse
 import json
-import os
 import resource
 import statistics
 import time
@@ -90,7 +95,8 @@ def main() -> None:
     target_lens = [b.target.size(1) for b in batches[args.warmup:]]
     print(f"MLE step, pointer-generator{' + coverage' if args.coverage else ''}: batch {args.batch_size}, "
           f"source {max(b.src.size(1) for b in batches)}, target {min(target_lens)}-{max(target_lens)} "
-          f"(batch max), hidden 256, emb 128, vocab {len(vocab)}, {args.threads} threads, {args.device}")
+          f"(batch max), hidden 256, emb 128, vocab {len(vocab)}, {args.threads} threads "
+          f"(OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}), {args.device}")
     print(f"{'median step (s)':<24}{median:>10.3f}")
     print(f"{'min / max step (s)':<24}{min(times):>5.2f} / {max(times):.2f}")
     print(f"{'examples / s':<24}{args.batch_size / median:>10.2f}")
