@@ -29,9 +29,10 @@ from trainer.vocab import Vocabulary, tokenize_sentences
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "cnndm_see2017_test.jsonl"
 
 
-def read_examples(path: Path) -> Iterator[Example]:
+def read_examples(path: Path, limit: int | None = None) -> Iterator[Example]:
+    """The first `limit` rows (all by default) as examples: article tokens flattened, highlights as sentences."""
     with path.open(encoding="utf-8") as f:
-        for line in f:
+        for line in islice(f, limit):
             row = json.loads(line)
             source = [t for s in tokenize_sentences(row["article"], pretokenized=True) for t in s]
             yield Example(row["id"], source, tokenize_sentences(row["highlights"], pretokenized=True))
