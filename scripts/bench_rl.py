@@ -1,0 +1,85 @@
+"""Self-critical mixed step vs MLE step at See et al. sizes, per reward, measured in one run.
+
+    python scripts/bench_rl.py [--device cpu|cuda] [--steps 3] [--rewards rouge_l wms sms s_wms]
+
+An untrained model (samples run to the 100-token limit, the worst case), batch 16, sources of 400
+tokens, targets of 100, hidden 256, embeddings 128, vocabulary 50k. For each reward: median step time
+(forward, decodes, rewards, backward, Adam), the ratio to the MLE step, and the reward's share of the
+RL step (the time inside the two reward calls, as the module logs it).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from bench_training import DATA, build_vocab, peak_memory_gib, read_examples
+from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
+from rewards.scoring import compose_rewards
+from trainer.batch import collate
+from trainer.module import SummarizationModule
+from trainer.schedules import Constant
+
+
+def time_steps(module: SummarizationModule, batches: list, warmup: int, device: torch.device) -> tuple[float, float]:
+    """Median seconds per optimizer step, and the median logged reward share (0 for MLE)."""
+    optimizer = torch.optim.Adam(module.model.parameters(), lr=1e-5)  # small: the model stays untrained
+    logged: dict[str, float] = {}
+    module.log = lambda name, value, **kwargs: logged.__setitem__(name, float(value))
+    times, shares = [], []
+    for i, batch in enumerate(batches):
+        batch = batch.to(device)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        loss = module.training_step(batch, i)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        if i >= warmup:
+            times.append(time.perf_counter() - start)
+            shares.append(logged.get("train/reward_time_share", 0.0))
+    return statistics.median(times), statistics.median(shares)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per configuration")
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rewards", nargs="+", default=["rouge_l", "wms", "sms", "s_wms"])
+    parser.add_argument("--data", type=Path, default=DATA)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    device = torch.device(args.device)
+
+    vocab = build_vocab(args.data, 50_000)
+    n = args.warmup + args.steps
+    examples = list(read_examples(args.data, n * 16))
+    batches = [collate(examples[i * 16:(i + 1) * 16], vocab, 400, 100) for i in range(n)]
+    model = PointerGenerator(PointerGeneratorConfig(vocab_size=len(vocab), emb_dim=128, hidden_dim=256)).to(device)
+    rewards = compose_rewards(args.rewards)
+
+    def module(reward=None) -> SummarizationModule:
+        return SummarizationModule(model, vocab, optimizer=None, reward=reward, gamma=Constant(0.9984),
+                                   rl_max_len=100).to(device)
+
+    mle_time, _ = time_steps(module(), batches, args.warmup, device)
+    print(f"batch 16, source 400, target 100, hidden 256, emb 128, vocab {len(vocab)}, "
+          f"{args.threads} threads, {args.device}, untrained model, median of {args.steps} steps")
+    print(f"| step | seconds | × MLE step | reward share |\n|---|---|---|---|\n| MLE | {mle_time:.2f} | 1.00 | - |")
+    for name, reward in rewards.items():
+        rl_time, share = time_steps(module(reward), batches, args.warmup, device)
+        print(f"| mixed, {name} | {rl_time:.2f} | {rl_time / mle_time:.2f} | {100 * share:.1f}% |", flush=True)
+    print(f"peak memory {peak_memory_gib(device):.2f} GiB ({'CUDA max allocated' if device.type == 'cuda' else 'max RSS'})")
+
+
+if __name__ == "__main__":
+    main()
