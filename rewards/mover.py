@@ -35,7 +35,7 @@ def word_types(tokens: TokenVectors) -> tuple[Tensor, Tensor]:
     token = torch.zeros_like(order).scatter_(1, torch.where(first, run, width - 1), order)  # a type's first token
     n_types = int(first.sum(1).max()) if n else 0
     positions = (token[:, :n_types] + width * torch.arange(n, device=keep.device)[:, None]).flatten()
-    return tokens.vectors(positions).view(n, n_types, -1), counts[:, :n_types]
+    return tokens.vectors(positions).view(n, n_types, tokens.table.size(1)), counts[:, :n_types]
 
 
 def sentences(tokens: TokenVectors) -> tuple[Tensor, Tensor]:
@@ -76,7 +76,7 @@ def pack(points: Tensor, weights: Tensor, size: int) -> tuple[Tensor, Tensor]:
     n, k = weights.shape
     order = torch.argsort((weights == 0).to(torch.int8), dim=1, stable=True)[:, :size]
     rows = (order + k * torch.arange(n, device=order.device)[:, None]).flatten()
-    return points.flatten(0, 1).index_select(0, rows).view(n, size, -1), weights.gather(1, order)
+    return points.flatten(0, 1).index_select(0, rows).view(n, size, points.size(2)), weights.gather(1, order)
 
 
 def euclidean(x: Tensor, y: Tensor) -> Tensor:

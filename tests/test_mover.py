@@ -137,6 +137,13 @@ def test_degenerate_inputs_have_defined_values(reward_cls):
     assert out.tolist() == pytest.approx([0.0, 1.0, 0.0, 0.0, 0.0, one_sentence[reward_cls.name]], abs=1e-6)
 
 
+@pytest.mark.parametrize("reward_cls", MOVERS)
+def test_batch_without_any_content_word_in_its_hypotheses(reward_cls):
+    # An untrained model's samples: no hypothesis of the batch keeps a word after preprocessing.
+    out = score(reward_cls, WordVectors.from_dict(PLANE), [[], ["the", "."]], [[["cat", "."]], [["of", "."]]])
+    assert out.tolist() == [0.0, 1.0]
+
+
 def test_copied_and_reference_only_oov_words_get_their_own_vectors():
     vocab = Vocabulary(["cat", "."])  # fish and dog are outside the vocabulary
     embeddings = WordVectors.from_dict(PLANE)
