@@ -30,16 +30,15 @@ class Decoded:
         return Decoded(self.ids[index, :T], self.log_probs[index, :T], lengths)
 
 
-def _forbid_specials(model: PointerGenerator, log_probs: Tensor) -> Tensor:
-    """<pad> and <s> are never outputs."""
-    cfg = model.config
-    return log_probs.index_fill(-1, torch.tensor([cfg.pad_id, cfg.bos_id], device=log_probs.device),
-                                float("-inf"))
+def _forbid_specials(model: PointerGenerator, scores: Tensor, value: float) -> Tensor:
+    """<pad> and <s> are never outputs: their probabilities (0) or log-probs (-inf) are overwritten in place."""
+    return scores.index_fill_(-1, torch.tensor([model.config.pad_id, model.config.bos_id], device=scores.device),
+                              value)
 
 
 def _decode(model: PointerGenerator, enc: EncoderOutput, max_len: int,
             choose: Callable[[Tensor], Tensor]) -> Decoded:
-    """Run the decoder, picking each next token with `choose(log_probs [B, X]) -> ids [B]`."""
+    """Run the decoder, picking each next token with `choose(probs [B, X]) -> ids [B]`."""
     cfg = model.config
     B, device = enc.src_ext.size(0), enc.src_ext.device
     state = model.initial_state(enc)
@@ -47,10 +46,11 @@ def _decode(model: PointerGenerator, enc: EncoderOutput, max_len: int,
     done = torch.zeros(B, dtype=torch.bool, device=device)
     tokens, log_probs = [], []
     for _ in range(max_len):
-        step_log_probs, state, _ = model.step(enc, state, ids)
+        probs, state, _ = model.step_probs(enc, state, ids)
+        _forbid_specials(model, probs, 0.0)
         with torch.no_grad():
-            ids = choose(_forbid_specials(model, step_log_probs))
-        chosen = step_log_probs.gather(1, ids.unsqueeze(1)).squeeze(1)
+            ids = choose(probs)
+        chosen = model.log(probs.gather(1, ids.unsqueeze(1)).squeeze(1))
         tokens.append(ids.masked_fill(done, cfg.pad_id))
         log_probs.append(chosen.masked_fill(done, 0.0))
         done = done | (ids == cfg.eos_id)
@@ -61,11 +61,11 @@ def _decode(model: PointerGenerator, enc: EncoderOutput, max_len: int,
 
 
 def _multinomial(generator: torch.Generator | None) -> Callable[[Tensor], Tensor]:
-    return lambda log_probs: torch.multinomial(log_probs.exp(), 1, generator=generator).squeeze(1)
+    return lambda probs: torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
 
-def _argmax(log_probs: Tensor) -> Tensor:
-    return log_probs.argmax(-1)
+def _argmax(probs: Tensor) -> Tensor:
+    return probs.argmax(-1)
 
 
 def greedy(model: PointerGenerator, batch: Batch, max_len: int = 100, enc: EncoderOutput | None = None) -> Decoded:
@@ -90,7 +90,7 @@ def sample_and_greedy(model: PointerGenerator, batch: Batch, max_len: int = 100,
         B = enc.src_ext.size(0)
         sampler = _multinomial(generator)
         both = _decode(model, enc.index_select(torch.arange(B, device=enc.src_ext.device).repeat(2)), max_len,
-                       lambda log_probs: torch.cat([sampler(log_probs[:B]), _argmax(log_probs[B:])]))
+                       lambda probs: torch.cat([sampler(probs[:B]), _argmax(probs[B:])]))
     return both.rows(slice(0, B)), both.rows(slice(B, 2 * B))
 
 
@@ -127,7 +127,7 @@ def beam_search(model: PointerGenerator, batch: Batch, beam_size: int = 4, max_l
     rank = torch.arange(2 * K, device=device)
     for t in range(max_len):
         log_probs, state, _ = model.step(enc, state, ids)
-        log_probs = _forbid_specials(model, log_probs)
+        _forbid_specials(model, log_probs, float("-inf"))
         if t < min_len:
             log_probs[:, cfg.eos_id] = ninf
         if block_trigrams:

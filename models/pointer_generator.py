@@ -189,7 +189,7 @@ class PointerGenerator(nn.Module):
     def _p_gen(self, logit: Tensor) -> Tensor:
         return torch.sigmoid(logit.float()) if self.config.pointer else torch.ones_like(logit, dtype=torch.float)
 
-    def _log(self, p: Tensor) -> Tensor:
+    def log(self, p: Tensor) -> Tensor:
         """log(p + eps), capped at 0 where rounding pushed a mixture of probabilities above 1."""
         return torch.log(p + self.config.eps).clamp(max=0.0)
 
@@ -197,21 +197,26 @@ class PointerGenerator(nn.Module):
         """V'(V [s_t; h*_t] + b) + b' in fp32, for any leading shape."""
         return self.out_vocab(self.out_hidden(self.dropout(out))).float()
 
-    def _extended_log_probs(self, out: Tensor, p_gen_logit: Tensor, attn: Tensor, enc: EncoderOutput) -> Tensor:
-        """log of p_gen P_vocab (zero-extended) + (1 - p_gen) Σ_{i: src_i = w} a_i, over [..., X], in fp32."""
+    def _extended_probs(self, out: Tensor, p_gen_logit: Tensor, attn: Tensor, enc: EncoderOutput) -> Tensor:
+        """p_gen P_vocab (zero-extended) + (1 - p_gen) Σ_{i: src_i = w} a_i, over [..., X], in fp32."""
         p_gen = self._p_gen(p_gen_logit).unsqueeze(-1)
-        p = p_gen * torch.softmax(self._vocab_logits(out), -1)
-        p = F.pad(p, (0, enc.n_copy_oovs))
+        p = F.pad(p_gen * torch.softmax(self._vocab_logits(out), -1), (0, enc.n_copy_oovs))
         src_ext = enc.src_ext if attn.dim() == 2 else enc.src_ext.unsqueeze(1).expand_as(attn)
-        p = p.scatter_add(-1, src_ext, (1 - p_gen) * attn.float())  # repeated source words add up
-        return self._log(p)
+        return p.scatter_add_(-1, src_ext, (1 - p_gen) * attn.float())  # repeated source words add up
+
+    def step_probs(self, enc: EncoderOutput, state: DecoderState, input_ids: Tensor
+                   ) -> tuple[Tensor, DecoderState, Tensor]:
+        """One decoder step from extended ids [B]: (probabilities [B, X] fp32, new state, attention [B, S]).
+        Samplers and greedy decoding need no log over the whole vocabulary: only of the chosen token."""
+        state, attn, p_gen_logit, _ = self._recur(enc, state, self._embed(input_ids))
+        out = torch.cat([state.h[-1], state.context], -1)
+        return self._extended_probs(out, p_gen_logit, attn, enc), state, attn
 
     def step(self, enc: EncoderOutput, state: DecoderState, input_ids: Tensor
              ) -> tuple[Tensor, DecoderState, Tensor]:
-        """One decoder step from extended ids [B]: (log-probs [B, X] fp32, new state, attention [B, S])."""
-        state, attn, p_gen_logit, _ = self._recur(enc, state, self._embed(input_ids))
-        out = torch.cat([state.h[-1], state.context], -1)
-        return self._extended_log_probs(out, p_gen_logit, attn, enc), state, attn
+        """`step_probs` as log-probabilities (beam search adds them up)."""
+        probs, state, attn = self.step_probs(enc, state, input_ids)
+        return self.log(probs), state, attn
 
     # ---- teacher forcing (the training hot path) -----------------------------------------------------
     def _unroll(self, enc: EncoderOutput, dec_in: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -237,14 +242,14 @@ class PointerGenerator(nn.Module):
         p_vocab = p_vocab * in_vocab
         p_copy = (attn.float() * (enc.src_ext.unsqueeze(1) == target.unsqueeze(-1))).sum(-1)[real]
         p_gen = self._p_gen(p_gen_logit[real])
-        log_p = self._log(p_gen * p_vocab + (1 - p_gen) * p_copy)
+        log_p = self.log(p_gen * p_vocab + (1 - p_gen) * p_copy)
         return TeacherForced(torch.zeros_like(target, dtype=torch.float).masked_scatter(real, log_p), cov_loss)
 
     def forward(self, batch: Batch) -> Tensor:
         """Teacher-forced log-probabilities over the extended vocabulary, [B, T, X] fp32."""
         enc = self.encode(batch)
         out, p_gen_logit, attn, _ = self._unroll(enc, batch.dec_in)
-        return self._extended_log_probs(out, p_gen_logit, attn, enc)
+        return self.log(self._extended_probs(out, p_gen_logit, attn, enc))
 
     def mle_loss(self, batch: Batch, enc: EncoderOutput | None = None) -> dict[str, Tensor]:
         """Token-averaged NLL of the reference (and coverage loss); pass `enc` to reuse an encoding."""

@@ -122,6 +122,9 @@ class MarkovChain(PointerGenerator):
         super().__init__(PointerGeneratorConfig(vocab_size=table.size(0), emb_dim=4, hidden_dim=4))
         self.table = table
 
+    def step_probs(self, enc, state, input_ids):
+        return self.table[input_ids].exp(), state, None
+
     def step(self, enc, state, input_ids):
         return self.table[input_ids], state, None
 
