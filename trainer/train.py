@@ -50,6 +50,9 @@ def run(cfg: DictConfig) -> dict:
     (Path(cfg.output_dir) / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     if cfg.train:
         trainer.fit(module, datamodule=data, ckpt_path=cfg.ckpt_path)
+        checkpoints = trainer.checkpoint_callback
+        if checkpoints is not None and checkpoints.dirpath:  # `last` is saved on validation only: keep the end state
+            trainer.save_checkpoint(Path(checkpoints.dirpath) / f"{checkpoints.CHECKPOINT_NAME_LAST}.ckpt")
     if not cfg.test:
         return {}
     best = getattr(trainer.checkpoint_callback, "best_model_path", "") if cfg.train else ""
