@@ -12,11 +12,10 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
-from bench_training import DATA, build_vocab, peak_memory_gib, read_examples
+from bench_training import peak_memory_gib, read_examples, see_et_al_setup
 from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
 from rewards.scoring import compose_rewards
 from trainer.batch import collate
@@ -49,18 +48,9 @@ def time_steps(module: SummarizationModule, batches: list, warmup: int, device: 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--steps", type=int, default=3, help="timed steps per configuration")
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rewards", nargs="+", default=["rouge_l", "wms", "sms", "s_wms"])
-    parser.add_argument("--data", type=Path, default=DATA)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    device = torch.device(args.device)
-
-    vocab = build_vocab(args.data, 50_000)
+    args, device, vocab = see_et_al_setup(parser, steps=3)
     n = args.warmup + args.steps
     examples = list(read_examples(args.data, n * 16))
     batches = [collate(examples[i * 16:(i + 1) * 16], vocab, 400, 100) for i in range(n)]

@@ -43,6 +43,18 @@ def build_vocab(path: Path, size: int) -> Vocabulary:
     return Vocabulary.build((ex.source + [t for s in ex.reference for t in s] for ex in read_examples(path)), size)
 
 
+def see_et_al_setup(parser: argparse.ArgumentParser, steps: int) -> tuple[argparse.Namespace, torch.device, Vocabulary]:
+    """The flags both step benchmarks share, parsed; threads and seed set; the 50k vocabulary of the data."""
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--steps", type=int, default=steps, help="timed steps (after the warm-up)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--data", type=Path, default=DATA)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    return args, torch.device(args.device), build_vocab(args.data, 50_000)
+
+
 def peak_memory_gib(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**30
@@ -51,21 +63,12 @@ def peak_memory_gib(device: torch.device) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--steps", type=int, default=10, help="timed steps (after the warm-up)")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--coverage", action="store_true")
     parser.add_argument("--long-targets", action="store_true",
                         help="only articles whose highlights reach 100 tokens: every step decodes 100 tokens")
-    parser.add_argument("--data", type=Path, default=DATA)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    device = torch.device(args.device)
-
-    vocab = build_vocab(args.data, 50_000)
+    args, device, vocab = see_et_al_setup(parser, steps=10)
     n_steps = args.warmup + args.steps
     min_target = 100 if args.long_targets else 0
     examples = list(islice((ex for ex in read_examples(args.data) if sum(map(len, ex.reference)) >= min_target),
