@@ -4,7 +4,8 @@ Pairs are See et al.'s pointer-generator summaries and the reference highlights 
 `--pairs` test articles. "Ours" is timed on the reward call only (inputs, vocabulary and id tables
 are built before, as in training; that one-off setup is reported apart). "Per pair" goes from text:
 rouge-score for ROUGE-L; Python bags, ot.dist(metric="euclidean") and ot.emd2 for the movers.
-Pairs/s are given by wall clock and by this process's CPU time (fairer on a shared machine).
+Pairs/s are given by wall clock and by this process's CPU time (fairer on a shared machine), each the
+median of `--repeats` runs of both ways.
 Torch runs on one thread by default, like the per-pair way: the rewards' ops are tiny, and on
 cores shared with other jobs torch's intra-op threads made them 20-40x slower (spinning workers).
 
@@ -16,6 +17,7 @@ import argparse
 import gzip
 import json
 import math
+import statistics
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -81,10 +83,15 @@ def per_pair_mover(hyp_text: str, ref_text: str, glove: WordVectors, word_mass: 
     return math.exp(-ot.emd2(a, b, ot.dist(x, y, metric="euclidean")))
 
 
-def timed(fn):
-    wall, cpu = time.perf_counter(), time.process_time()
-    out = fn()
-    return out, time.perf_counter() - wall, time.process_time() - cpu
+def timed(fn, repeats: int = 1):
+    """fn's result, and its median wall-clock and CPU seconds over `repeats` runs."""
+    walls, cpus = [], []
+    for _ in range(repeats):
+        wall, cpu = time.perf_counter(), time.process_time()
+        out = fn()
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+    return out, statistics.median(walls), statistics.median(cpus)
 
 
 def solve_chunk(problems):
@@ -154,6 +161,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=1024)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
+    parser.add_argument("--repeats", type=int, default=3, help="timings are medians over this many runs")
     parser.add_argument("--alternatives", action="store_true", help="also measure other EMD solvers")
     args = parser.parse_args()
     if args.threads:
@@ -182,8 +190,8 @@ def main() -> None:
     per_pair_cpu = {}
     for reward, per_pair in rewards:
         _, setup, _ = timed(lambda: reward(inputs[0]))  # builds the vocabulary's id table once
-        ours, wall, cpu = timed(lambda: torch.cat([reward(x) for x in inputs]))
-        expected, base_wall, base_cpu = timed(lambda: [per_pair(h, r) for h, r in pairs])
+        ours, wall, cpu = timed(lambda: torch.cat([reward(x) for x in inputs]), args.repeats)
+        expected, base_wall, base_cpu = timed(lambda: [per_pair(h, r) for h, r in pairs], args.repeats)
         diff = np.abs(ours.double().numpy() - np.array(expected)).max()
         n, per_pair_cpu[reward.name] = len(pairs), base_cpu
         print(f"{reward.name:8s} {n / wall:10.0f} {n / cpu:10.0f} {n / base_wall:10.0f} {n / base_cpu:10.0f} "
