@@ -60,8 +60,18 @@ def _decode(model: PointerGenerator, enc: EncoderOutput, max_len: int,
     return Decoded(ids, torch.stack(log_probs, 1), (ids != cfg.pad_id).sum(1))
 
 
+def sample_categorical(probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """One draw per row of `probs` [B, X] (non-negative, rows need not sum to 1) by inverse CDF: one uniform
+    per row. torch.multinomial draws one exponential per entry instead: 22 ms for 16 x 50k on 2 CPU threads,
+    a third of a decoding step."""
+    cdf = probs.cumsum(-1)
+    u = torch.rand(probs.size(0), 1, generator=generator, device=probs.device, dtype=cdf.dtype) * cdf[:, -1:]
+    # the first entry whose cdf exceeds u: zero-probability entries (cdf unchanged) are never drawn
+    return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp(max=probs.size(-1) - 1)
+
+
 def _multinomial(generator: torch.Generator | None) -> Callable[[Tensor], Tensor]:
-    return lambda probs: torch.multinomial(probs, 1, generator=generator).squeeze(1)
+    return lambda probs: sample_categorical(probs, generator)
 
 
 def _argmax(probs: Tensor) -> Tensor:

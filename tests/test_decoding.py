@@ -5,7 +5,7 @@ import pytest
 import torch
 from rouge_score import rouge_scorer
 
-from models.decoding import Decoded, beam_search, greedy, sample, sample_and_greedy
+from models.decoding import Decoded, beam_search, greedy, sample, sample_and_greedy, sample_categorical
 from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
 from trainer.batch import Batch, Example, collate
 from trainer.vocab import Vocabulary
@@ -275,3 +275,11 @@ def test_decoders_stay_on_cuda(untrained):
     with torch.autocast("cuda", dtype=torch.bfloat16):
         loss = model.mle_loss(batch)["loss"]
     assert loss.is_cuda and torch.isfinite(loss)
+
+
+def test_sample_categorical_matches_its_distribution():
+    probs = torch.tensor([[0.0, 0.1, 0.0, 0.6, 0.3, 0.0], [0.0, 0.0, 0.0, 0.0, 2.0, 2.0]])  # row 2 unnormalised
+    draws = torch.stack([sample_categorical(probs, torch.Generator().manual_seed(s)) for s in range(4000)])
+    freq = torch.stack([torch.bincount(draws[:, r], minlength=6).float() / len(draws) for r in range(2)])
+    torch.testing.assert_close(freq, probs / probs.sum(1, keepdim=True), atol=0.025, rtol=0)
+    assert (freq[probs == 0] == 0).all()  # zero-probability entries are never drawn
