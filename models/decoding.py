@@ -30,10 +30,11 @@ class Decoded:
         return Decoded(self.ids[index, :T], self.log_probs[index, :T], lengths)
 
 
-def _forbid_specials(model: PointerGenerator, scores: Tensor, value: float) -> Tensor:
-    """<pad> and <s> are never outputs: their probabilities (0) or log-probs (-inf) are overwritten in place."""
-    return scores.index_fill_(-1, torch.tensor([model.config.pad_id, model.config.bos_id], device=scores.device),
-                              value)
+def _forbid_specials(model: PointerGenerator, scores: Tensor, value: float) -> None:
+    """<pad> and <s> are never outputs: their probabilities (0) or log-probs (-inf) are overwritten in place
+    (column by column: no index tensor to build and copy to the device at every step)."""
+    scores[:, model.config.pad_id] = value
+    scores[:, model.config.bos_id] = value
 
 
 def _decode(model: PointerGenerator, enc: EncoderOutput, max_len: int,
