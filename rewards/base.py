@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol, runtime_checkable
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -25,6 +26,7 @@ class RewardInput:
     batch: Batch
     vocab: Vocabulary
     _tokens: list[list[str]] | None = field(default=None, repr=False)
+    _host: dict[str, np.ndarray] | None = field(default=None, repr=False)
 
     @property
     def device(self) -> torch.device:
@@ -33,6 +35,17 @@ class RewardInput:
     @property
     def has_reference(self) -> Tensor:
         return self.batch.has_reference
+
+    def host_ids(self) -> dict[str, np.ndarray]:
+        """`hyp`, `hyp_lens`, `ref` and `ref_sentence` as host arrays: one device-to-host copy for
+        all the rewards that read them, computed once."""
+        if self._host is None:
+            parts = {"hyp": self.hyp, "hyp_lens": self.hyp_lens, "ref": self.batch.ref,
+                     "ref_sentence": self.batch.ref_sentence}
+            flat = torch.cat([t.flatten().long() for t in parts.values()]).cpu().numpy()
+            ends = np.cumsum([t.numel() for t in parts.values()])
+            self._host = {k: a.reshape(t.shape) for (k, t), a in zip(parts.items(), np.split(flat, ends[:-1]))}
+        return self._host
 
     def hyp_tokens(self) -> list[list[str]]:
         """Decoded hypothesis tokens (one host transfer for the batch, computed once)."""

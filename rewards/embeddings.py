@@ -15,7 +15,6 @@ from typing import Mapping, Protocol, Sequence
 
 import numpy as np
 import torch
-from torch import Tensor
 
 from rewards.base import RewardInput
 from trainer.vocab import SENTENCE_END, Vocabulary, split_at_sentence_ends
@@ -44,29 +43,22 @@ def is_content_word(word: str) -> bool:
 
 @dataclass
 class TokenVectors:
-    """One side (hypotheses or references) of a batch, token by token.
+    """One side (hypotheses or references) of a batch, token by token, on the host, where the
+    transport problems are solved (`rewards.mover`).
 
-    keep      [B, N] bool  a content word with a vector: the only tokens the metrics see
-    sentence  [B, N] long  sentence index of the token within its document
-    word_type [B, N] long  equal values = the same word type (type-based vectors), or None when
-                           every token is its own type (contextual vectors)
-    rows      [B, N] long  where the token's vector is: row r of `table`, or row r - len(table)
-                           of `extra` (a batch's OOV words); looked up only for the tokens needed
+    keep         [B, N] bool   a content word with a vector: the only tokens the metrics see
+    sentence     [B, N] int64  sentence index of the token within its document (never decreasing)
+    rows         [B, N] int64  where the token's vector is: row r of `table`, or row r - len(table)
+                               of `extra` (a batch's OOV words). Tokens of equal row are one word
+                               type; contextual vectors give every token its own row.
+    table, extra [T, D], [E, D] float64
     """
 
-    keep: Tensor
-    sentence: Tensor
-    word_type: Tensor | None
-    rows: Tensor
-    table: Tensor  # [T, D] float64
-    extra: Tensor  # [E, D] float64
-
-    def vectors(self, positions: Tensor) -> Tensor:
-        """Vectors [K, D] of the tokens at flat (row-major [B, N]) `positions`."""
-        rows = self.rows.flatten().index_select(0, positions)
-        out = self.table.index_select(0, rows.clamp(max=len(self.table) - 1))  # index_select: fast on CPU
-        outside = (rows >= len(self.table)).nonzero().squeeze(1)
-        return out.index_copy_(0, outside, self.extra.index_select(0, rows[outside] - len(self.table)))
+    keep: np.ndarray
+    sentence: np.ndarray
+    rows: np.ndarray
+    table: np.ndarray
+    extra: np.ndarray
 
 
 class Embeddings(Protocol):
@@ -77,19 +69,20 @@ class Embeddings(Protocol):
 
 @dataclass
 class _IdTable:
-    """Per-id lookups on the device: vector, content-word flag, sentence-end flag."""
+    """Per-id lookups: vector, content-word flag, sentence-end flag."""
 
-    vectors: Tensor  # [n, D] float64
-    keep: Tensor  # [n] bool
-    end: Tensor  # [n] bool
+    vectors: np.ndarray  # [n, D] float64: exact means and costs
+    keep: np.ndarray  # [n] bool
+    end: np.ndarray  # [n] bool
 
 
 class WordVectors:
     """Type-based embeddings (one vector per word), looked up by extended vocabulary id.
 
-    The `vocab id -> vector` table and its masks are built once per (vocabulary, device) and
-    cached; only extended ids >= len(vocab) (copied or reference-only OOV words) are looked up
-    per batch, by their strings in `batch.oovs`.
+    The `vocab id -> vector` table and its masks are built once per vocabulary and cached; only
+    extended ids >= len(vocab) (copied or reference-only OOV words) are looked up per batch, by their
+    strings in `batch.oovs`. Everything lives on the host, with the transport solver: the batch's
+    ids come over in one copy (`RewardInput.host_ids`), which is less than moving vectors would be.
     """
 
     def __init__(self, words: Sequence[str], matrix: np.ndarray):
@@ -98,8 +91,8 @@ class WordVectors:
         for i, word in enumerate(words):
             self.row.setdefault(word, i)  # the first (most frequent) entry wins
         self._described: dict[str, int] = {}
-        self._tables: dict[tuple[Vocabulary, torch.device], _IdTable] = {}
-        self._last_oovs: tuple[list[list[str]], tuple[int, ...], torch.device, _IdTable] | None = None
+        self._tables: dict[Vocabulary, _IdTable] = {}
+        self._last_oovs: tuple[list[list[str]], tuple[int, ...], _IdTable] | None = None
 
     @classmethod
     def from_dict(cls, vectors: Mapping[str, Sequence[float]]) -> "WordVectors":
@@ -115,51 +108,48 @@ class WordVectors:
                                             + (word in SENTENCE_END))
         return code
 
-    def _lookup(self, words: Sequence[str], device: torch.device) -> _IdTable:
+    def _lookup(self, words: Sequence[str]) -> _IdTable:
         codes = np.fromiter(map(self._describe, words), dtype=np.int64, count=len(words))
         rows = codes // 4 - 1
-        packed = np.concatenate([self.matrix[np.maximum(rows, 0)] * (rows >= 0)[:, None],
-                                 (codes[:, None] >> np.array([1, 0])) & 1], axis=1, dtype=np.float64)
-        packed = torch.from_numpy(packed).to(device)  # one copy; float64: exact means and costs
-        return _IdTable(packed[:, :-2].contiguous(), packed[:, -2].bool(), packed[:, -1].bool())
+        vectors = self.matrix[np.maximum(rows, 0)].astype(np.float64) * (rows >= 0)[:, None]
+        return _IdTable(vectors, (codes & 2).astype(bool), (codes & 1).astype(bool))
 
-    def _oov_table(self, oovs: list[list[str]], device: torch.device) -> tuple[_IdTable, int]:
+    def _oov_table(self, oovs: list[list[str]]) -> tuple[_IdTable, int]:
         """Example b's k-th OOV word at row b * width + k; the last batch's table is reused (both
         sides and every reward of a batch share it)."""
         width = max([len(o) for o in oovs] + [1])
         lengths = tuple(map(len, oovs))  # guards against lists extended in place
         last = self._last_oovs
-        if last is None or last[0] is not oovs or last[1] != lengths or last[2] != device:
-            table = self._lookup([o[k] if k < len(o) else "" for o in oovs for k in range(width)], device)
-            self._last_oovs = last = (oovs, lengths, device, table)
-        return last[3], width
+        if last is None or last[0] is not oovs or last[1] != lengths:
+            table = self._lookup([o[k] if k < len(o) else "" for o in oovs for k in range(width)])
+            self._last_oovs = last = (oovs, lengths, table)
+        return last[2], width
 
-    def vocab_table(self, vocab: Vocabulary, device: torch.device | str) -> _IdTable:
-        key = (vocab, torch.device(device))
-        if key not in self._tables:
-            self._tables[key] = self._lookup(vocab.itos, key[1])
-        return self._tables[key]
+    def vocab_table(self, vocab: Vocabulary) -> _IdTable:
+        if vocab not in self._tables:
+            self._tables[vocab] = self._lookup(vocab.itos)
+        return self._tables[vocab]
 
     def embed_batch(self, inputs: RewardInput, side: str) -> TokenVectors:
-        batch = inputs.batch
+        host = inputs.host_ids()
         if side == "hyp":
-            ids = inputs.hyp
-            valid = torch.arange(ids.size(1), device=ids.device)[None] < inputs.hyp_lens[:, None]
+            ids = host["hyp"]
+            valid = np.arange(ids.shape[1]) < host["hyp_lens"][:, None]
         else:
-            ids, valid = batch.ref, batch.ref_sentence >= 0
-        table, n_vocab = self.vocab_table(inputs.vocab, ids.device), len(inputs.vocab)
-        oov, width = self._oov_table(batch.oovs, ids.device)
+            ids, valid = host["ref"], host["ref_sentence"] >= 0
+        table, n_vocab = self.vocab_table(inputs.vocab), len(inputs.vocab)
+        oov, width = self._oov_table(inputs.batch.oovs)
 
         in_vocab = ids < n_vocab
-        vocab_ids = ids.clamp(max=n_vocab - 1)
-        oov_rows = torch.arange(len(ids), device=ids.device)[:, None] * width + (ids - n_vocab).clamp(min=0)
-        keep = valid & torch.where(in_vocab, table.keep[vocab_ids], oov.keep[oov_rows])
+        vocab_ids = np.minimum(ids, n_vocab - 1)
+        oov_rows = np.arange(len(ids))[:, None] * width + np.maximum(ids - n_vocab, 0)
+        keep = valid & np.where(in_vocab, table.keep[vocab_ids], oov.keep[oov_rows])
         if side == "hyp":  # a sentence ends after . ! ?
-            end = (valid & torch.where(in_vocab, table.end[vocab_ids], oov.end[oov_rows])).long()
+            end = valid & np.where(in_vocab, table.end[vocab_ids], oov.end[oov_rows])
             sentence = end.cumsum(1) - end
         else:
-            sentence = batch.ref_sentence
-        return TokenVectors(keep, sentence, word_type=ids, rows=torch.where(in_vocab, ids, n_vocab + oov_rows),
+            sentence = host["ref_sentence"]
+        return TokenVectors(keep, sentence, rows=np.where(in_vocab, ids, n_vocab + oov_rows),
                             table=table.vectors, extra=oov.vectors)
 
 
@@ -261,9 +251,9 @@ class ContextualEmbeddings:
             target = torch.tensor(target, device=device)
             sums.index_add_(0, target, hidden.flatten(0, 1)[torch.tensor(source, device=device)].float())
             pieces.index_add_(0, target, torch.ones(len(target), device=device))
-        keep = torch.tensor([is_content_word(w) for w in words], device=device) & (pieces > 0)
         vectors = (sums / pieces.clamp(min=1)[:, None]).to(torch.float64)
+        host = torch.cat([vectors, pieces[:, None].double()], 1).cpu().numpy()  # one copy
+        keep = np.array([is_content_word(w) for w in words]) & (host[:, -1] > 0)
         shape = (len(docs), width)
-        return TokenVectors(keep.view(shape), torch.tensor(sentence_ids, device=device).view(shape), word_type=None,
-                            rows=torch.arange(len(words), device=device).view(shape), table=vectors,
-                            extra=vectors[:0])
+        return TokenVectors(keep.reshape(shape), np.array(sentence_ids, dtype=np.int64).reshape(shape),
+                            rows=np.arange(len(words)).reshape(shape), table=host[:, :-1], extra=host[:0, :-1])

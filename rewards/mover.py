@@ -8,84 +8,139 @@ each half of the mass (S+WMS), where |A| counts the words left after preprocessi
 Degenerate documents, defined here because the reference code has no rule for them (it drops
 the whole run, or reuses the previous document's distance): when neither side has a word left,
 the similarity is 1 (nothing to move); when only one side is empty, it is 0 (no transport exists).
+
+The batch's token ids reach the host in one transfer (`RewardInput.host_ids`); there the vector
+rows, content-word flags and sentences are looked up, and a compiled kernel builds each pair's two
+bags, their Euclidean costs and the exact transport (`rewards.transport`), slices of the batch in
+parallel on torch's thread count.
 """
 from __future__ import annotations
 
+import functools
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
 import torch
-import torch.nn.functional as F
+from numba import njit
 from torch import Tensor
 
 from rewards.base import RewardInput
 from rewards.embeddings import Embeddings, TokenVectors
-from rewards.transport import batched_emd
+from rewards.transport import transport_cost
 
 
-def word_types(tokens: TokenVectors) -> tuple[Tensor, Tensor]:
-    """Each document's word types, found as runs of equal type ids after sorting: vectors
-    [B, K, D] and counts [B, K] (types first, zero counts after)."""
-    keep = tokens.keep
-    n, width = keep.shape
-    types = (tokens.word_type if tokens.word_type is not None  # contextual: every token its own type
-             else torch.arange(width, device=keep.device).expand(n, width))
-    sorted_types, order = torch.where(keep, types, -1).sort(dim=1)
-    first = (sorted_types >= 0) & (sorted_types != F.pad(sorted_types[:, :-1], (1, 0), value=-1))
-    run = (first.cumsum(1) - 1).clamp(min=0)
-    counts = torch.zeros(n, width, dtype=torch.float64, device=keep.device).scatter_add_(
-        1, run, (sorted_types >= 0).to(torch.float64))
-    token = torch.zeros_like(order).scatter_(1, torch.where(first, run, width - 1), order)  # a type's first token
-    n_types = int(first.sum(1).max()) if n else 0
-    positions = (token[:, :n_types] + width * torch.arange(n, device=keep.device)[:, None]).flatten()
-    return tokens.vectors(positions).view(n, n_types, tokens.table.size(1)), counts[:, :n_types]
+@njit(cache=True, nogil=True)
+def _copy_vector(row, table, extra, out):
+    if row < table.shape[0]:
+        out[:] = table[row]
+    else:
+        out[:] = extra[row - table.shape[0]]
 
 
-def sentences(tokens: TokenVectors) -> tuple[Tensor, Tensor]:
-    """Each document's sentences: mean word vectors [B, S, D] and word counts [B, S] (0: a
-    sentence with no word left, or padding)."""
-    keep = tokens.keep
-    n = len(keep)
-    slot = tokens.sentence * keep
-    n_slots = int(slot.max()) + 1 if slot.numel() else 1
-    kept = keep.flatten().nonzero().squeeze(1)
-    vectors = tokens.vectors(kept)
-    index = (slot + n_slots * torch.arange(n, device=keep.device)[:, None]).flatten()[kept]
-    sums = vectors.new_zeros(n * n_slots, vectors.size(1)).index_add_(0, index, vectors)
-    counts = torch.zeros(n, n_slots, dtype=torch.float64, device=keep.device).scatter_add_(
-        1, slot, keep.to(torch.float64))
-    return sums.view(n, n_slots, -1) / counts.clamp(min=1)[..., None], counts
+@njit(cache=True, nogil=True)
+def _add_vector(row, table, extra, out):
+    if row < table.shape[0]:
+        out += table[row]
+    else:
+        out += extra[row - table.shape[0]]
 
 
-def build_bag(tokens: TokenVectors, word_mass: float, sentence_mass: float) -> tuple[Tensor, Tensor]:
-    """Points [B, K, D] and weights [B, K] (float64, nonzero weights first, then zero padding) of
-    each document: word types weighted count(w)/|A| · `word_mass`, sentences |s|/|A| · `sentence_mass`."""
-    inverse_size = 1 / tokens.keep.sum(1, keepdim=True).clamp(min=1).to(torch.float64)  # 1/|A|
-    parts = []
-    if word_mass:
-        points, counts = word_types(tokens)
-        parts.append((points, word_mass * counts * inverse_size))
-    if sentence_mass:
-        points, counts = sentences(tokens)
-        parts.append((points, sentence_mass * counts * inverse_size))
-    if not sentence_mass:
-        return parts[0]  # types are already first
-    points, weights = torch.cat([p for p, _ in parts], 1), torch.cat([w for _, w in parts], 1)
-    return pack(points, weights, int((weights > 0).sum(1).max()) if len(weights) else 0)
+@njit(cache=True, nogil=True)
+def document_bag(rows: np.ndarray, keep: np.ndarray, sentence: np.ndarray, table: np.ndarray, extra: np.ndarray,
+                 word_mass: float, sentence_mass: float) -> tuple[np.ndarray, np.ndarray]:
+    """Points [K, D] and weights [K] of one document (one row of `TokenVectors`): its word types
+    (tokens of equal row) weighted count(w)/|A| · `word_mass`, then its sentences (mean vector)
+    weighted |s|/|A| · `sentence_mass`; |A| counts the kept tokens."""
+    size = 0
+    for t in range(keep.size):
+        size += keep[t]
+    words = np.empty(size if word_mass > 0 else 0, np.int64)
+    n_sentences, previous, k = 0, -1, 0
+    for t in range(keep.size):
+        if keep[t]:
+            if sentence[t] < previous:
+                raise ValueError("sentence indices must not decrease along a document")
+            n_sentences += sentence_mass > 0 and sentence[t] != previous
+            previous = sentence[t]
+            if word_mass > 0:
+                words[k] = rows[t]
+                k += 1
+    words.sort()
+    n_types = 0
+    for t in range(words.size):
+        n_types += t == 0 or words[t] != words[t - 1]
+    points, weights = np.zeros((n_types + n_sentences, table.shape[1])), np.zeros(n_types + n_sentences)
+    k = -1
+    for t in range(words.size):
+        if t == 0 or words[t] != words[t - 1]:
+            k += 1
+            _copy_vector(words[t], table, extra, points[k])
+        weights[k] += 1  # the count, then its share below
+    for t in range(k + 1):
+        weights[t] = word_mass * weights[t] / size
+    previous = -1
+    for t in range(keep.size if n_sentences else 0):  # a sentence: a run of equal indices
+        if keep[t]:
+            if sentence[t] != previous:
+                k += 1
+                previous = sentence[t]
+            _add_vector(rows[t], table, extra, points[k])
+            weights[k] += 1
+    for t in range(n_types, n_types + n_sentences):
+        points[t] /= weights[t]
+        weights[t] = sentence_mass * weights[t] / size
+    return points, weights
 
 
-def pack(points: Tensor, weights: Tensor, size: int) -> tuple[Tensor, Tensor]:
-    """The first `size` items once nonzero weights are moved first (in bag order)."""
-    n, k = weights.shape
-    order = torch.argsort((weights == 0).to(torch.int8), dim=1, stable=True)[:, :size]
-    rows = (order + k * torch.arange(n, device=order.device)[:, None]).flatten()
-    return points.flatten(0, 1).index_select(0, rows).view(n, size, points.size(2)), weights.gather(1, order)
+@njit(cache=True, nogil=True, fastmath=True)  # fastmath: the sum over dimensions vectorises (order of additions only)
+def euclidean_costs(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Distances [P, Q] between the points x [P, D] and y [Q, D]."""
+    cost = np.empty((x.shape[0], y.shape[0]))
+    for i in range(x.shape[0]):
+        for j in range(y.shape[0]):
+            squared = 0.0
+            for d in range(x.shape[1]):
+                squared += (x[i, d] - y[j, d]) ** 2
+            cost[i, j] = np.sqrt(squared)
+    return cost
 
 
-def euclidean(x: Tensor, y: Tensor) -> Tensor:
-    """Pairwise distances [B, P, Q] (float64) via |x|^2 + |y|^2 - 2 x.y. Squared distances below
-    1e-12 are rounding noise of coincident points and become 0, so each entry is within 1e-6 of
-    the exact distance (typically 1e-14) and the EMD, Lipschitz in the costs, within 1e-6 too."""
-    squared = torch.baddbmm((x * x).sum(2)[:, :, None] + (y * y).sum(2)[:, None, :], x, y.transpose(1, 2),
-                            alpha=-2)
-    return squared.masked_fill_(squared < 1e-12, 0.0).sqrt_()
+@njit(cache=True, nogil=True)
+def mover_distances(hyp: tuple, ref: tuple, word_mass: float, sentence_mass: float, first: int,
+                    last: int) -> np.ndarray:
+    """EMD [last - first] between the bags of hypothesis and reference i, for i in [first, last);
+    each side is (rows, keep, sentence, table, extra) as in `TokenVectors`. 0 when both bags are
+    empty, inf when one is."""
+    hyp_rows, hyp_keep, hyp_sentence, hyp_table, hyp_extra = hyp
+    ref_rows, ref_keep, ref_sentence, ref_table, ref_extra = ref
+    distances = np.empty(last - first)
+    for i in range(first, last):
+        x, a = document_bag(hyp_rows[i], hyp_keep[i], hyp_sentence[i], hyp_table, hyp_extra, word_mass, sentence_mass)
+        y, b = document_bag(ref_rows[i], ref_keep[i], ref_sentence[i], ref_table, ref_extra, word_mass, sentence_mass)
+        if a.size == 0 or b.size == 0:
+            distances[i - first] = 0.0 if a.size == b.size else np.inf
+        else:
+            distances[i - first] = transport_cost(a, b, euclidean_costs(x, y))
+    return distances
+
+
+@functools.lru_cache(maxsize=None)
+def _thread_pool(threads: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(threads, thread_name_prefix="mover")
+
+
+def batch_distances(hyp: TokenVectors, ref: TokenVectors, word_mass: float, sentence_mass: float) -> np.ndarray:
+    """EMD [B] of every pair, in torch.get_num_threads() slices solved in parallel (the kernel
+    releases the GIL). Own threads rather than numba's parallel layer, whose OpenMP runtime is
+    torch's: it changed torch's thread count and left spinning threads behind."""
+    sides = [(t.rows, t.keep, t.sentence, t.table, t.extra) for t in (hyp, ref)]
+    n, threads = len(hyp.rows), min(torch.get_num_threads(), len(hyp.rows))
+    if threads <= 1:
+        return mover_distances(*sides, word_mass, sentence_mass, 0, n)
+    bounds = np.linspace(0, n, threads + 1).astype(int)
+    slices = [_thread_pool(threads).submit(mover_distances, *sides, word_mass, sentence_mass, lo, hi)
+              for lo, hi in zip(bounds[:-1], bounds[1:])]
+    return np.concatenate([s.result() for s in slices])
 
 
 class MoverSimilarity:
@@ -104,12 +159,12 @@ class MoverSimilarity:
         self.embeddings = embeddings
 
     def __call__(self, inputs: RewardInput) -> Tensor:
-        hyp_points, hyp_weights = build_bag(self.embeddings.embed_batch(inputs, "hyp"),
-                                            self.word_mass, self.sentence_mass)
-        ref_points, ref_weights = build_bag(self.embeddings.embed_batch(inputs, "ref"),
-                                            self.word_mass, self.sentence_mass)
-        cost = euclidean(hyp_points, ref_points)
-        return torch.exp(-batched_emd(cost, hyp_weights, ref_weights)).float()
+        hyp, ref = (self.embeddings.embed_batch(inputs, side) for side in ("hyp", "ref"))
+        distances = batch_distances(hyp, ref, self.word_mass, self.sentence_mass)
+        if np.isnan(distances).any():
+            raise RuntimeError(f"{self.name}: the transport simplex did not converge for batch rows "
+                               f"{np.flatnonzero(np.isnan(distances)).tolist()}")
+        return torch.from_numpy(np.exp(-distances)).float().to(inputs.device)
 
 
 class WordMoverSimilarity(MoverSimilarity):

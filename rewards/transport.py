@@ -1,45 +1,184 @@
-"""Exact earth mover's distance for a batch of (cost matrix, histogram, histogram) problems.
+"""Exact earth mover's distance of one small transport problem: the transportation simplex, compiled.
 
-Alternatives measured on 1,024 CNN/DM S+WMS problems (scripts/bench_rewards.py --alternatives,
-2 CPU cores shared with other jobs), none kept: a 2-thread pool gains nothing here (25.0k vs 24.9k
-pairs/s) although POT 0.9.7's emd_c does release the GIL (Python code runs beside a long solve),
-because the second core is busy with others' work; a 2-process pool is slower (11.7k pairs/s);
-batched log-domain Sinkhorn on the device is 30-500x slower (48-790 pairs/s) and off by 0.03-0.12
-in similarity (entropic bias, or marginals not yet met).
+The mover's rewards solve one problem per pair, about 19 x 19 points on CNN/DM summaries (WMS), in a
+tight loop. POT's network simplex (`ot.emd2`, LEMON's C++) spends most of such a call on setup; this
+solver starts from the least-cost rule, whose zero-cost cells already keep the mass two documents
+share in place, and pivots by Dantzig's rule on a spanning-tree basis that is updated, not rebuilt.
+`scripts/bench_rewards.py --alternatives` compares both on the same problems; tests check it against
+`ot.emd2`. Dantzig's rule can in theory cycle on degenerate problems, so after `dantzig_pivots`
+pivots the solver switches to Bland's rule, which cannot.
 """
 from __future__ import annotations
 
 import numpy as np
-import torch
-from ot.lp.emd_wrap import check_result, emd_c
-from torch import Tensor
+from numba import njit
 
-MAX_ITERATIONS = 100_000  # ot.emd2's default
-
-
-def emd(a: np.ndarray, b: np.ndarray, cost: np.ndarray) -> float:
-    """Exact EMD between histograms `a` and `b` of equal mass under `cost` [len(a), len(b)].
-
-    Calls the network-simplex C solver behind `ot.emd2` directly: same result, without ot.emd2's
-    backend dispatch and dual-potential bookkeeping, which cost 2-4x the solve itself on 20-40-point
-    problems. An empty side gives 0 when both are empty and +inf otherwise.
-    """
-    if len(a) == 0 or len(b) == 0:
-        return 0.0 if len(a) == len(b) else float("inf")
-    _, distance, _, _, result = emd_c(a, b, np.ascontiguousarray(cost), MAX_ITERATIONS, 1)
-    check_result(result)
-    return distance
+TOLERANCE = 1e-10  # optimal once no reduced cost is below -TOLERANCE: within 1e-10 of the optimum (mass 1)
+MAX_PIVOTS = 100_000  # ot.emd2's default iteration limit
 
 
-def batched_emd(cost: Tensor, a: Tensor, b: Tensor) -> Tensor:
-    """EMD of each pair: cost [B, P, Q], histograms a [B, P] and b [B, Q] whose nonzero weights come
-    first. One device-to-host copy for the whole batch; returns float64 [B] on the input's device."""
-    n, p, q = cost.shape
-    mass_a, mass_b = a.sum(1, keepdim=True), b.sum(1, keepdim=True)
-    b = torch.where(mass_a > 0, b * mass_a / mass_b.clamp(min=1e-300), b)  # equal masses, as in ot.emd2
-    host = torch.cat([cost.reshape(n, p * q), a, b], dim=1).to(torch.float64).cpu().numpy()
-    costs, weights_a, weights_b = host[:, :p * q].reshape(n, p, q), host[:, p * q:p * q + p], host[:, p * q + p:]
-    sizes_a, sizes_b = (weights_a > 0).sum(1), (weights_b > 0).sum(1)
-    distances = [emd(weights_a[i, :k], weights_b[i, :m], costs[i, :k, :m])
-                 for i, (k, m) in enumerate(zip(sizes_a, sizes_b))]
-    return torch.tensor(distances, dtype=torch.float64).to(cost.device)
+@njit(cache=True)
+def _least_cost_start(a, b, cost, edge_row, edge_col, flow):
+    """A basic feasible solution: the cheapest cell whose row and column have mass left takes as
+    much as it can, again and again. Each allocation retires one row or one column (both only at
+    the end), so the n + m - 1 cells form a spanning tree of rows and columns (some may carry 0)."""
+    n, m = a.shape[0], b.shape[0]
+    supply, demand = a.copy(), b.copy()
+    row_alive, col_alive = np.ones(n, np.bool_), np.ones(m, np.bool_)
+    row_best = np.empty(n, np.int64)  # each live row's cheapest live column
+    for i in range(n):
+        row_best[i] = np.argmin(cost[i])
+    rows_left, cols_left = n, m
+    for k in range(n + m - 1):
+        i = -1
+        for r in range(n):
+            if row_alive[r] and (i < 0 or cost[r, row_best[r]] < cost[i, row_best[i]]):
+                i = r
+        j = row_best[i]
+        edge_row[k], edge_col[k] = i, j
+        if (supply[i] <= demand[j] and rows_left > 1) or cols_left == 1:
+            flow[k] = max(supply[i], 0.0)
+            demand[j] -= supply[i]
+            row_alive[i] = False
+            rows_left -= 1
+        else:
+            flow[k] = max(demand[j], 0.0)
+            supply[i] -= demand[j]
+            col_alive[j] = False
+            cols_left -= 1
+            for r in range(n):
+                if row_alive[r] and row_best[r] == j:
+                    best = -1
+                    for c in range(m):
+                        if col_alive[c] and (best < 0 or cost[r, c] < cost[r, best]):
+                            best = c
+                    row_best[r] = best
+
+
+@njit(cache=True)
+def _hang(root, n, cost, edge_row, edge_col, adjacency, degree, parent_edge, depth, potential, queue):
+    """Parent edges, depths and potentials (u_i + v_j = c_ij on tree edges; u_i at node i, v_j at
+    node n + j) of the subtree below `root`, whose own three are already set."""
+    queue[0] = root
+    head, tail = 0, 1
+    while head < tail:
+        x = queue[head]
+        head += 1
+        for s in range(degree[x]):
+            e = adjacency[x, s]
+            if e == parent_edge[x]:
+                continue
+            y = n + edge_col[e] if x < n else edge_row[e]
+            potential[y] = cost[edge_row[e], edge_col[e]] - potential[x]
+            parent_edge[y], depth[y] = e, depth[x] + 1
+            queue[tail] = y
+            tail += 1
+
+
+@njit(cache=True)
+def _link(x, e, adjacency, degree):
+    adjacency[x, degree[x]] = e
+    degree[x] += 1
+
+
+@njit(cache=True)
+def _unlink(x, e, adjacency, degree):
+    for s in range(degree[x]):
+        if adjacency[x, s] == e:
+            degree[x] -= 1
+            adjacency[x, s] = adjacency[x, degree[x]]
+            return
+
+
+@njit(cache=True)
+def _entering_cell(cost, potential, n, bland):
+    """The cell with the most negative reduced cost c_ij - u_i - v_j (Dantzig), or with Bland's
+    rule the first negative one; (-1, -1) when none is below -TOLERANCE (optimal)."""
+    m = cost.shape[1]
+    v = potential[n:]
+    best, p, q = -TOLERANCE, -1, -1
+    for i in range(n):
+        row_min = np.inf
+        for j in range(m):
+            row_min = min(row_min, cost[i, j] - v[j])
+        if row_min - potential[i] < best:
+            best, p = row_min - potential[i], i
+            for j in range(m):
+                reduced = cost[i, j] - v[j]
+                if (reduced - potential[i] < -TOLERANCE) if bland else (reduced == row_min):
+                    q = j
+                    break
+            if bland:
+                break
+    return p, q
+
+
+@njit(cache=True)
+def transport_cost(a: np.ndarray, b: np.ndarray, cost: np.ndarray, dantzig_pivots: int = 10_000,
+                   max_pivots: int = MAX_PIVOTS) -> float:
+    """min <P, cost> over plans P >= 0 with row sums `a` [n] and column sums `b` [m] (equal masses),
+    both non-empty. NaN if `max_pivots` pivots were not enough (never seen; the caller raises)."""
+    n, m = a.shape[0], b.shape[0]
+    nodes, edges = n + m, n + m - 1
+    edge_row, edge_col, flow = np.empty(edges, np.int64), np.empty(edges, np.int64), np.empty(edges)
+    _least_cost_start(a, b, cost, edge_row, edge_col, flow)
+    adjacency = np.empty((nodes, max(n, m)), np.int64)  # each node's tree edges, degree[x] of them
+    work = np.zeros(6 * nodes, np.int64)
+    degree, parent_edge, depth = work[:nodes], work[nodes:2 * nodes], work[2 * nodes:3 * nodes]
+    queue, path = work[3 * nodes:4 * nodes], work[4 * nodes:]  # path: q side first, p side from `nodes`
+    for e in range(edges):
+        _link(edge_row[e], e, adjacency, degree)
+        _link(n + edge_col[e], e, adjacency, degree)
+    potential = np.zeros(nodes)
+    parent_edge[0] = -1
+    _hang(0, n, cost, edge_row, edge_col, adjacency, degree, parent_edge, depth, potential, queue)
+    for pivot in range(max_pivots + 1):
+        bland = pivot >= dantzig_pivots
+        p, q = _entering_cell(cost, potential, n, bland)
+        if p < 0:
+            total = 0.0
+            for e in range(edges):
+                total += flow[e] * cost[edge_row[e], edge_col[e]]
+            return total
+        if pivot == max_pivots:
+            break
+        # The cycle closed by (p, q): the tree path from column q up to the common ancestor, then
+        # down to row p. Along it, edges alternate -theta, +theta, ... starting at q.
+        x, y = n + q, p
+        length_q, length_p = 0, 0
+        while x != y:
+            if depth[x] >= depth[y]:
+                e = parent_edge[x]
+                path[length_q] = e
+                length_q += 1
+                x = edge_row[e] if x >= n else n + edge_col[e]
+            else:
+                e = parent_edge[y]
+                path[nodes + length_p] = e
+                length_p += 1
+                y = edge_row[e] if y >= n else n + edge_col[e]
+        length = length_q + length_p
+        theta, leaving, leaving_on_q_side = np.inf, -1, True
+        for s in range(length):  # the leaving edge: least flow among the -theta edges (ties: lowest cell)
+            on_q_side = s < length_q
+            e = path[s] if on_q_side else path[nodes + s - length_q]
+            position = s if on_q_side else length - 1 - (s - length_q)
+            if position % 2 == 0 and (flow[e] < theta or (bland and flow[e] == theta and
+                                      edge_row[e] * m + edge_col[e] < edge_row[leaving] * m + edge_col[leaving])):
+                theta, leaving, leaving_on_q_side = flow[e], e, on_q_side
+        for s in range(length):
+            on_q_side = s < length_q
+            e = path[s] if on_q_side else path[nodes + s - length_q]
+            position = s if on_q_side else length - 1 - (s - length_q)
+            flow[e] += -theta if position % 2 == 0 else theta
+        # The leaving edge's slot becomes (p, q); the side it cut off hangs from (p, q) now.
+        _unlink(edge_row[leaving], leaving, adjacency, degree)
+        _unlink(n + edge_col[leaving], leaving, adjacency, degree)
+        edge_row[leaving], edge_col[leaving], flow[leaving] = p, q, theta
+        _link(p, leaving, adjacency, degree)
+        _link(n + q, leaving, adjacency, degree)
+        root, other = (n + q, p) if leaving_on_q_side else (p, n + q)
+        parent_edge[root], depth[root] = leaving, depth[other] + 1
+        potential[root] = cost[p, q] - potential[other]
+        _hang(root, n, cost, edge_row, edge_col, adjacency, degree, parent_edge, depth, potential, queue)
+    return np.nan

@@ -20,20 +20,21 @@ import math
 import statistics
 import time
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import ot
 import torch
+from numba import njit
+from ot.lp.emd_wrap import emd_c
 from rouge_score import rouge_scorer
 
 from rewards.base import RewardInput
 from rewards.embeddings import STOPWORDS, GloveEmbeddings, WordVectors
 from rewards.mover import (SentenceMoverSimilarity, SentenceWordMoverSimilarity, WordMoverSimilarity,
-                           build_bag, euclidean)
+                           document_bag, euclidean_costs)
 from rewards.rouge import RougeL
-from rewards.transport import batched_emd, emd
+from rewards.transport import MAX_PIVOTS, transport_cost
 from trainer.vocab import Vocabulary, split_at_sentence_ends
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -94,8 +95,30 @@ def timed(fn, repeats: int = 1):
     return out, statistics.median(walls), statistics.median(cpus)
 
 
-def solve_chunk(problems):
-    return [emd(a, b, cost) for a, b, cost in problems]
+def transport_problems(reward, inputs: list[RewardInput]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Each pair's (a, b, cost) as the reward's kernel builds them; pairs with an empty side are left out."""
+    problems = []
+    for x in inputs:
+        sides = [(t.rows, t.keep, t.sentence, t.table, t.extra)
+                 for t in (reward.embeddings.embed_batch(x, side) for side in ("hyp", "ref"))]
+        for i in range(len(sides[0][0])):
+            (points_a, a), (points_b, b) = (document_bag(rows[i], keep[i], sentence[i], table, extra,
+                                                         reward.word_mass, reward.sentence_mass)
+                                            for rows, keep, sentence, table, extra in sides)
+            if a.size and b.size:
+                problems.append((a, b, euclidean_costs(points_a, points_b)))
+    return problems
+
+
+@njit(cache=True)
+def solve_packed(a, b, cost, offsets):
+    """transport_cost of problem k: a[offsets[k, 0]:offsets[k + 1, 0]], b and cost likewise."""
+    out = np.empty(len(offsets) - 1)
+    for k in range(len(out)):
+        n, m = offsets[k + 1, 0] - offsets[k, 0], offsets[k + 1, 1] - offsets[k, 1]
+        out[k] = transport_cost(a[offsets[k, 0]:offsets[k + 1, 0]], b[offsets[k, 1]:offsets[k + 1, 1]],
+                                cost[offsets[k, 2]:offsets[k + 1, 2]].reshape(n, m))
+    return out
 
 
 def sinkhorn_cost(cost: torch.Tensor, a: torch.Tensor, b: torch.Tensor, eps: float, iterations: int) -> torch.Tensor:
@@ -110,49 +133,45 @@ def sinkhorn_cost(cost: torch.Tensor, a: torch.Tensor, b: torch.Tensor, eps: flo
     return (plan * cost).sum((1, 2))
 
 
-def host_problems(reward, inputs: list[RewardInput]) -> tuple[list[tuple], torch.Tensor, list[tuple]]:
-    """The reward's device-side problems per batch, their exact distances, and per-pair host arrays."""
-    problems = []
-    for x in inputs:
-        hyp = build_bag(reward.embeddings.embed_batch(x, "hyp"), reward.word_mass, reward.sentence_mass)
-        ref = build_bag(reward.embeddings.embed_batch(x, "ref"), reward.word_mass, reward.sentence_mass)
-        problems.append((euclidean(hyp[0], ref[0]), hyp[1], ref[1]))
-    host = []
-    for cost, a, b in problems:
-        b = b * (a.sum(1, keepdim=True) / b.sum(1, keepdim=True).clamp(min=1e-300))
-        for i in range(len(cost)):
-            k, m = int((a[i] > 0).sum()), int((b[i] > 0).sum())
-            host.append((a[i, :k].numpy(), b[i, :m].numpy(), cost[i, :k, :m].numpy()))
-    return problems, torch.cat([batched_emd(*p) for p in problems]), host
+def padded(problems: list[tuple], batch_size: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """The problems as zero-padded (cost [B, P, Q], a [B, P], b [B, Q]) batches, for Sinkhorn."""
+    batches = []
+    for start in range(0, len(problems), batch_size):
+        chunk = problems[start:start + batch_size]
+        p, q = max(len(a) for a, _, _ in chunk), max(len(b) for _, b, _ in chunk)
+        cost, a, b = torch.zeros(len(chunk), p, q, dtype=torch.float64), torch.zeros(len(chunk), p), torch.zeros(len(chunk), q)
+        for i, (wa, wb, c) in enumerate(chunk):
+            cost[i, :len(wa), :len(wb)] = torch.from_numpy(c)
+            a[i, :len(wa)], b[i, :len(wb)] = torch.from_numpy(wa), torch.from_numpy(wb)
+        batches.append((cost, a.double(), b.double()))
+    return batches
 
 
-def alternatives(movers: list, inputs: list[RewardInput], per_pair_cpu: dict[str, float]) -> None:
-    """The exact solve alone (a ceiling on any speed-up that keeps it), exact EMD in a thread or
-    process pool, and batched Sinkhorn against exact."""
-    print("\nexact EMD alone (host arrays ready, this process's CPU time)")
+def alternatives(movers: list, inputs: list[RewardInput], batch_size: int) -> None:
+    """The exact solve alone, ours against POT's network simplex on the same problems (this process's
+    CPU time, one core), and batched Sinkhorn against exact."""
+    print("\nexact EMD alone, same problems (CPU time, one core): POT's emd_c (LEMON network simplex) vs ours")
     for reward in movers:
-        problems, exact, host = host_problems(reward, inputs)
-        _, _, cpu = timed(lambda: solve_chunk(host))
-        print(f"  {reward.name:8s} {len(host) / cpu:8.0f} pairs/s: at most {per_pair_cpu[reward.name] / cpu:.1f}x "
-              f"the per-pair way on one core")
-    print(f"solver alternatives on the {reward.name} problems (wall clock)")
-    chunks = [host[:len(host) // 2], host[len(host) // 2:]]
-    _, wall, _ = timed(lambda: [solve_chunk(c) for c in chunks])
-    print(f"  exact, serial            {len(host) / wall:8.0f} pairs/s")
-    for name, pool in (("thread pool (2)", ThreadPoolExecutor(2)), ("process pool (2)", ProcessPoolExecutor(2))):
-        with pool:
-            list(pool.map(solve_chunk, [c[:1] for c in chunks]))  # start the workers
-            pooled, wall, _ = timed(lambda: [d for c in pool.map(solve_chunk, chunks) for d in c])
-        print(f"  exact, {name:17s} {len(host) / wall:8.0f} pairs/s, "
-              f"max |diff| {np.abs(np.array(pooled) - exact.numpy()).max():.1e}")
-    nonempty = torch.isfinite(exact) & (exact > 0)  # Sinkhorn has no value for an empty side
+        problems = transport_problems(reward, inputs)
+        offsets = np.zeros((len(problems) + 1, 3), dtype=np.int64)
+        offsets[1:] = np.cumsum([(len(a), len(b), c.size) for a, b, c in problems], axis=0)
+        packed = [np.concatenate([p[k].ravel() for p in problems]) for k in range(3)]
+        solve_packed(*packed, offsets[:2])  # compile
+        pot, _, pot_cpu = timed(lambda: [emd_c(a, b, c, MAX_PIVOTS, 1)[1] for a, b, c in problems], 3)
+        ours, _, ours_cpu = timed(lambda: solve_packed(*packed, offsets), 3)
+        sizes = np.array([(len(a), len(b)) for a, b, _ in problems])
+        print(f"  {reward.name:8s} {len(problems)} problems, mean {sizes[:, 0].mean():.1f} x {sizes[:, 1].mean():.1f}: "
+              f"POT {len(problems) / pot_cpu:8.0f}/s, ours {len(problems) / ours_cpu:8.0f}/s "
+              f"({pot_cpu / ours_cpu:.1f}x), max |diff| {np.abs(ours - np.array(pot)).max():.1e}")
+    print(f"batched Sinkhorn on the {reward.name} problems, padded batches of {batch_size} (wall clock)")
+    exact = torch.from_numpy(ours)
+    batches = padded(problems, batch_size)
     for eps, iterations in ((0.1, 100), (0.01, 200), (0.01, 1000)):
-        approx, wall, _ = timed(lambda: torch.cat([sinkhorn_cost(c, a, b, eps, iterations) for c, a, b in problems]))
-        approx, exact_cost = approx[nonempty], exact[nonempty]
-        error = (torch.exp(-approx) - torch.exp(-exact_cost)).abs()
-        print(f"  Sinkhorn eps={eps:<5} x{iterations:<5} {len(host) / wall:8.0f} pairs/s, "
+        approx, wall, _ = timed(lambda: torch.cat([sinkhorn_cost(c, a, b, eps, iterations) for c, a, b in batches]))
+        error = (torch.exp(-approx) - torch.exp(-exact)).abs()
+        print(f"  eps={eps:<5} x{iterations:<5} {len(problems) / wall:8.0f} pairs/s, "
               f"similarity error max {error.max():.1e} mean {error.mean():.1e}, "
-              f"cost - exact mean {(approx - exact_cost).mean():+.1e}")
+              f"cost - exact mean {(approx - exact).mean():+.1e}")
 
 
 def main() -> None:
@@ -187,17 +206,16 @@ def main() -> None:
     print(f"{'reward':8s} {'ours pairs/s':>21s} {'per-pair pairs/s':>21s} {'ratio':>13s} "
           f"{'max |diff|':>10s} {'setup':>7s}")
     print(f"{'':8s} {'wall':>10s} {'cpu':>10s} {'wall':>10s} {'cpu':>10s} {'wall':>6s} {'cpu':>6s}")
-    per_pair_cpu = {}
     for reward, per_pair in rewards:
         _, setup, _ = timed(lambda: reward(inputs[0]))  # builds the vocabulary's id table once
         ours, wall, cpu = timed(lambda: torch.cat([reward(x) for x in inputs]), args.repeats)
         expected, base_wall, base_cpu = timed(lambda: [per_pair(h, r) for h, r in pairs], args.repeats)
         diff = np.abs(ours.double().numpy() - np.array(expected)).max()
-        n, per_pair_cpu[reward.name] = len(pairs), base_cpu
+        n = len(pairs)
         print(f"{reward.name:8s} {n / wall:10.0f} {n / cpu:10.0f} {n / base_wall:10.0f} {n / base_cpu:10.0f} "
               f"{base_wall / wall:6.1f} {base_cpu / cpu:6.1f} {diff:10.1e} {setup:6.2f}s")
     if args.alternatives:
-        alternatives([reward for reward, _ in rewards[1:]], inputs, per_pair_cpu)
+        alternatives([reward for reward, _ in rewards[1:]], inputs, args.batch_size)
 
 
 if __name__ == "__main__":
