@@ -42,6 +42,9 @@ class RewardInput:
         if self._host is None:
             parts = {"hyp": self.hyp, "hyp_lens": self.hyp_lens, "ref": self.batch.ref,
                      "ref_sentence": self.batch.ref_sentence}
+            if self.device.type == "cpu":  # already there: views, no copy
+                self._host = {k: t.long().numpy() for k, t in parts.items()}
+                return self._host
             flat = torch.cat([t.flatten().long() for t in parts.values()]).cpu().numpy()
             ends = np.cumsum([t.numel() for t in parts.values()])
             self._host = {k: a.reshape(t.shape) for (k, t), a in zip(parts.items(), np.split(flat, ends[:-1]))}

@@ -15,6 +15,7 @@ from typing import Mapping, Protocol, Sequence
 
 import numpy as np
 import torch
+from numba import njit
 
 from rewards.base import RewardInput
 from trainer.vocab import SENTENCE_END, Vocabulary, split_at_sentence_ends
@@ -132,25 +133,31 @@ class WordVectors:
 
     def embed_batch(self, inputs: RewardInput, side: str) -> TokenVectors:
         host = inputs.host_ids()
-        if side == "hyp":
-            ids = host["hyp"]
-            valid = np.arange(ids.shape[1]) < host["hyp_lens"][:, None]
-        else:
-            ids, valid = host["ref"], host["ref_sentence"] >= 0
+        ids, lengths = (host["hyp"], host["hyp_lens"]) if side == "hyp" else (host["ref"], (host["ref_sentence"] >= 0).sum(1))
         table, n_vocab = self.vocab_table(inputs.vocab), len(inputs.vocab)
         oov, width = self._oov_table(inputs.batch.oovs)
-
-        in_vocab = ids < n_vocab
-        vocab_ids = np.minimum(ids, n_vocab - 1)
-        oov_rows = np.arange(len(ids))[:, None] * width + np.maximum(ids - n_vocab, 0)
-        keep = valid & np.where(in_vocab, table.keep[vocab_ids], oov.keep[oov_rows])
-        if side == "hyp":  # a sentence ends after . ! ?
-            end = valid & np.where(in_vocab, table.end[vocab_ids], oov.end[oov_rows])
-            sentence = end.cumsum(1) - end
-        else:
+        keep, sentence, rows = _lookup_tokens(ids, lengths, n_vocab, width, table.keep, table.end, oov.keep, oov.end)
+        if side == "ref":
             sentence = host["ref_sentence"]
-        return TokenVectors(keep, sentence, rows=np.where(in_vocab, ids, n_vocab + oov_rows),
-                            table=table.vectors, extra=oov.vectors)
+        return TokenVectors(keep, sentence, rows, table=table.vectors, extra=oov.vectors)
+
+
+@njit(cache=True)
+def _lookup_tokens(ids, lengths, n_vocab, width, vocab_keep, vocab_end, oov_keep, oov_end):
+    """keep, sentence (counted from sentence ends) and vector rows of the first lengths[b] ids of each
+    row b; example b's k-th OOV word (id n_vocab + k) is row n_vocab + b * width + k."""
+    keep, sentence = np.zeros(ids.shape, np.bool_), np.zeros(ids.shape, np.int64)
+    rows = np.empty(ids.shape, np.int64)
+    for b in range(ids.shape[0]):
+        current = 0
+        for t in range(ids.shape[1]):
+            i = ids[b, t]
+            rows[b, t] = i if i < n_vocab else i + b * width
+            if t < lengths[b]:
+                keep[b, t] = vocab_keep[i] if i < n_vocab else oov_keep[i - n_vocab + b * width]
+                sentence[b, t] = current
+                current += vocab_end[i] if i < n_vocab else oov_end[i - n_vocab + b * width]
+    return keep, sentence, rows
 
 
 def _read_text_vectors(path: Path) -> tuple[list[str], np.ndarray]:

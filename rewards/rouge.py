@@ -1,4 +1,4 @@
-"""ROUGE-L as a reward: LCS F-measure on token ids, one host copy per batch.
+"""ROUGE-L as a reward: LCS F-measure on token ids, on the batch's host copy (`RewardInput.host_ids`).
 
 The LCS lengths come from rapidfuzz's bit-parallel LCS (C++; Hyyrö 2004), one call per pair on the
 ids' host copy: 2x faster than the batched bit-parallel numpy LCS it replaced (scripts/bench_rewards.py).
@@ -44,11 +44,9 @@ class RougeL:
         self.beta = float(beta)
 
     def __call__(self, inputs: RewardInput) -> Tensor:
-        hyp, ref = inputs.hyp, inputs.batch.ref
-        lengths = torch.stack([inputs.hyp_lens, (inputs.batch.ref_sentence >= 0).sum(1)], 1)
-        host = torch.cat([lengths, hyp, ref], 1).cpu()  # one copy
-        lengths, hyp, ref = (part.tolist() for part in host.split([2, hyp.size(1), ref.size(1)], 1))
-        hyp_lens, ref_lens = np.array(lengths, dtype=np.int64).reshape(-1, 2).T
+        host = inputs.host_ids()
+        hyp_lens, ref_lens = host["hyp_lens"], (host["ref_sentence"] >= 0).sum(1)
+        hyp, ref = host["hyp"].tolist(), host["ref"].tolist()
         lcs = lcs_lengths([h[:n] for h, n in zip(hyp, hyp_lens)], [r[:m] for r, m in zip(ref, ref_lens)])
         f = lcs_f_measure(lcs, hyp_lens, ref_lens, self.beta)
         return torch.from_numpy(f).to(device=inputs.device, dtype=torch.float32)
