@@ -1,6 +1,7 @@
 """Self-critical mixed step vs MLE step at See et al. sizes, per reward, measured in one run.
 
     python scripts/bench_rl.py [--device cpu|cuda] [--steps 3] [--rewards rouge_l wms sms s_wms]
+                               [--set wms.embeddings.path=vectors.txt ...]
 
 An untrained model (samples run to the 100-token limit, the worst case), batch 16, sources of 400
 tokens, targets of 100, hidden 256, embeddings 128, vocabulary 50k. For each reward: median step time
@@ -50,12 +51,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--rewards", nargs="+", default=["rouge_l", "wms", "sms", "s_wms"])
+    parser.add_argument("--set", nargs="*", default=[], metavar="LABEL.KEY=VALUE", help="reward config overrides")
     args, device, vocab = see_et_al_setup(parser, steps=3)
     n = args.warmup + args.steps
     examples = list(read_examples(args.data, n * 16))
     batches = [collate(examples[i * 16:(i + 1) * 16], vocab, 400, 100) for i in range(n)]
     model = PointerGenerator(PointerGeneratorConfig(vocab_size=len(vocab), emb_dim=128, hidden_dim=256)).to(device)
-    rewards = compose_rewards(args.rewards)
+    rewards = compose_rewards(args.rewards, args.set)
 
     def module(reward=None) -> SummarizationModule:
         return SummarizationModule(model, vocab, optimizer=None, reward=reward, gamma=Constant(0.9984),
