@@ -147,22 +147,42 @@ def padded(problems: list[tuple], batch_size: int) -> list[tuple[torch.Tensor, t
     return batches
 
 
+def compare_solvers(label: str, problems: list[tuple]) -> np.ndarray:
+    """Print POT's emd_c vs our solver (CPU time, one core, median of 3) on `problems`; ours' costs."""
+    offsets = np.zeros((len(problems) + 1, 3), dtype=np.int64)
+    offsets[1:] = np.cumsum([(len(a), len(b), c.size) for a, b, c in problems], axis=0)
+    packed = [np.concatenate([p[k].ravel() for p in problems]) for k in range(3)]
+    solve_packed(*packed, offsets[:2])  # compile
+    pot, _, pot_cpu = timed(lambda: [emd_c(a, b, c, MAX_PIVOTS, 1)[1] for a, b, c in problems], 3)
+    ours, _, ours_cpu = timed(lambda: solve_packed(*packed, offsets), 3)
+    sizes = np.array([(len(a), len(b)) for a, b, _ in problems])
+    print(f"  {label:8s} {len(problems):5d} problems, mean {sizes[:, 0].mean():5.1f} x {sizes[:, 1].mean():5.1f}: "
+          f"POT {len(problems) / pot_cpu:8.0f}/s, ours {len(problems) / ours_cpu:8.0f}/s "
+          f"({pot_cpu / ours_cpu:.1f}x), max |diff| {np.abs(ours - np.array(pot)).max():.1e}")
+    return ours
+
+
+def random_problems(size: int, count: int, rng: np.random.Generator) -> list[tuple]:
+    """Bags of `size` random 50-d points, a third of them shared, with integer counts as weights."""
+    problems = []
+    for _ in range(count):
+        x, y = rng.normal(size=(size, 50)), rng.normal(size=(size, 50))
+        y[:size // 3] = x[:size // 3]
+        a, b = rng.integers(1, 4, size).astype(float), rng.integers(1, 4, size).astype(float)
+        problems.append((a / a.sum(), b / b.sum(), ot.dist(x, y, metric="euclidean")))
+    return problems
+
+
 def alternatives(movers: list, inputs: list[RewardInput], batch_size: int) -> None:
-    """The exact solve alone, ours against POT's network simplex on the same problems (this process's
-    CPU time, one core), and batched Sinkhorn against exact."""
+    """The exact solve alone, ours against POT's network simplex on the same problems (the rewards'
+    CNN/DM problems, then larger random ones), and batched Sinkhorn against exact."""
     print("\nexact EMD alone, same problems (CPU time, one core): POT's emd_c (LEMON network simplex) vs ours")
     for reward in movers:
         problems = transport_problems(reward, inputs)
-        offsets = np.zeros((len(problems) + 1, 3), dtype=np.int64)
-        offsets[1:] = np.cumsum([(len(a), len(b), c.size) for a, b, c in problems], axis=0)
-        packed = [np.concatenate([p[k].ravel() for p in problems]) for k in range(3)]
-        solve_packed(*packed, offsets[:2])  # compile
-        pot, _, pot_cpu = timed(lambda: [emd_c(a, b, c, MAX_PIVOTS, 1)[1] for a, b, c in problems], 3)
-        ours, _, ours_cpu = timed(lambda: solve_packed(*packed, offsets), 3)
-        sizes = np.array([(len(a), len(b)) for a, b, _ in problems])
-        print(f"  {reward.name:8s} {len(problems)} problems, mean {sizes[:, 0].mean():.1f} x {sizes[:, 1].mean():.1f}: "
-              f"POT {len(problems) / pot_cpu:8.0f}/s, ours {len(problems) / ours_cpu:8.0f}/s "
-              f"({pot_cpu / ours_cpu:.1f}x), max |diff| {np.abs(ours - np.array(pot)).max():.1e}")
+        ours = compare_solvers(reward.name, problems)
+    rng = np.random.default_rng(0)
+    for size in (20, 80, 320):
+        compare_solvers("random", random_problems(size, 2560 // size, rng))
     print(f"batched Sinkhorn on the {reward.name} problems, padded batches of {batch_size} (wall clock)")
     exact = torch.from_numpy(ours)
     batches = padded(problems, batch_size)

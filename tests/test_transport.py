@@ -38,6 +38,18 @@ def test_matches_pot_on_euclidean_problems_with_shared_points():
         assert transport_cost(a, b, cost) == pytest.approx(ot.emd2(a, b, cost), abs=1e-10)
 
 
+def test_matches_pot_on_large_problems():
+    # Over 1,024 cells the entering cell comes from a block search, not the whole matrix.
+    rng = np.random.default_rng(5)
+    for n, m in [(40, 30), (70, 90), (150, 120)]:
+        a, b = rng.integers(1, 5, n).astype(float), rng.integers(1, 5, m).astype(float)
+        x, y = rng.normal(size=(n, 8)), rng.normal(size=(m, 8))
+        y[:10] = x[:10]
+        cost = ot.dist(x, y, metric="euclidean")
+        assert transport_cost(a / a.sum(), b / b.sum(), cost) == pytest.approx(
+            ot.emd2(a / a.sum(), b / b.sum(), cost), abs=1e-10)
+
+
 def test_hand_computed_case():
     # (1/2, 1/2) -> (1/4, 3/4) on a line: points 0, 1 -> 0, 1; move 1/4 from 0 to 1.
     cost = np.abs(np.subtract.outer([0.0, 1.0], [0.0, 1.0]))
