@@ -6,9 +6,9 @@ The solver starts from a greedy basis whose zero-cost cells keep the mass two do
 place, then pivots by Dantzig's rule (block search on large problems), re-hanging only the subtree
 that a pivot cuts off. `scripts/bench_rewards.py --alternatives` compares it with POT's `emd_c` (the
 network simplex behind `ot.emd2`) on one core: 1.3-2.0x faster on the CNN/DM WMS and S+WMS problems
-(2.4-5x on SMS's tiny ones), 1.4-2.1x on random ones from 20 x 20 to 320 x 320, equal to 1e-14. Tests check it against `ot.emd2`. Dantzig's
-rule can in theory cycle on degenerate problems, so after `dantzig_pivots` pivots the solver
-switches to Bland's rule, which cannot.
+(2.4-5x on SMS's tiny ones), 1.4-2.1x on random ones from 20 x 20 to 320 x 320, equal to 1e-14.
+Tests check it against `ot.emd2`. Dantzig's rule can in theory cycle on degenerate problems, so
+after `dantzig_pivots` pivots the solver switches to Bland's rule, which cannot.
 """
 from __future__ import annotations
 
