@@ -133,11 +133,14 @@ class WordVectors:
 
     def embed_batch(self, inputs: RewardInput, side: str) -> TokenVectors:
         host = inputs.host_ids()
-        ids, lengths = (host["hyp"], host["hyp_lens"]) if side == "hyp" else (host["ref"], (host["ref_sentence"] >= 0).sum(1))
+        if side == "hyp":
+            ids, lengths = host["hyp"], host["hyp_lens"]
+        else:
+            ids, lengths = host["ref"], (host["ref_sentence"] >= 0).sum(1)
         table, n_vocab = self.vocab_table(inputs.vocab), len(inputs.vocab)
         oov, width = self._oov_table(inputs.batch.oovs)
         keep, sentence, rows = _lookup_tokens(ids, lengths, n_vocab, width, table.keep, table.end, oov.keep, oov.end)
-        if side == "ref":
+        if side == "ref":  # references keep the sentence split of the data, not one found from . ! ?
             sentence = host["ref_sentence"]
         return TokenVectors(keep, sentence, rows, table=table.vectors, extra=oov.vectors)
 
@@ -263,4 +266,5 @@ class ContextualEmbeddings:
         keep = np.array([is_content_word(w) for w in words]) & (host[:, -1] > 0)
         shape = (len(docs), width)
         return TokenVectors(keep.reshape(shape), np.array(sentence_ids, dtype=np.int64).reshape(shape),
-                            rows=np.arange(len(words)).reshape(shape), table=host[:, :-1], extra=host[:0, :-1])
+                            rows=np.arange(len(words)).reshape(shape), table=np.ascontiguousarray(host[:, :-1]),
+                            extra=np.zeros((0, host.shape[1] - 1)))

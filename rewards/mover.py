@@ -30,19 +30,8 @@ from rewards.transport import transport_cost
 
 
 @njit(cache=True, nogil=True)
-def _copy_vector(row, table, extra, out):
-    if row < table.shape[0]:
-        out[:] = table[row]
-    else:
-        out[:] = extra[row - table.shape[0]]
-
-
-@njit(cache=True, nogil=True)
-def _add_vector(row, table, extra, out):
-    if row < table.shape[0]:
-        out += table[row]
-    else:
-        out += extra[row - table.shape[0]]
+def _vector(row, table, extra):
+    return table[row] if row < table.shape[0] else extra[row - table.shape[0]]
 
 
 @njit(cache=True, nogil=True)
@@ -74,7 +63,7 @@ def document_bag(rows: np.ndarray, keep: np.ndarray, sentence: np.ndarray, table
     for t in range(words.size):
         if t == 0 or words[t] != words[t - 1]:
             k += 1
-            _copy_vector(words[t], table, extra, points[k])
+            points[k] = _vector(words[t], table, extra)
         weights[k] += 1  # the count, then its share below
     for t in range(k + 1):
         weights[t] = word_mass * weights[t] / size
@@ -84,7 +73,7 @@ def document_bag(rows: np.ndarray, keep: np.ndarray, sentence: np.ndarray, table
             if sentence[t] != previous:
                 k += 1
                 previous = sentence[t]
-            _add_vector(rows[t], table, extra, points[k])
+            points[k] += _vector(rows[t], table, extra)
             weights[k] += 1
     for t in range(n_types, n_types + n_sentences):
         points[t] /= weights[t]

@@ -139,11 +139,12 @@ def padded(problems: list[tuple], batch_size: int) -> list[tuple[torch.Tensor, t
     for start in range(0, len(problems), batch_size):
         chunk = problems[start:start + batch_size]
         p, q = max(len(a) for a, _, _ in chunk), max(len(b) for _, b, _ in chunk)
-        cost, a, b = torch.zeros(len(chunk), p, q, dtype=torch.float64), torch.zeros(len(chunk), p), torch.zeros(len(chunk), q)
+        cost = torch.zeros(len(chunk), p, q, dtype=torch.float64)
+        a, b = torch.zeros(len(chunk), p, dtype=torch.float64), torch.zeros(len(chunk), q, dtype=torch.float64)
         for i, (wa, wb, c) in enumerate(chunk):
             cost[i, :len(wa), :len(wb)] = torch.from_numpy(c)
             a[i, :len(wa)], b[i, :len(wb)] = torch.from_numpy(wa), torch.from_numpy(wb)
-        batches.append((cost, a.double(), b.double()))
+        batches.append((cost, a, b))
     return batches
 
 
