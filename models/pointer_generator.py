@@ -135,6 +135,9 @@ class PointerGenerator(nn.Module):
         self.out_hidden = nn.Linear(3 * H, H)  # V [s_t; h*_t] + b
         self.out_vocab = nn.Linear(H, cfg.vocab_size)  # V' (.) + b'
         self.dropout = nn.Dropout(cfg.dropout)
+        # Parameters this configuration leaves out get no gradient: DDP would wait for them forever.
+        self.w_c.requires_grad_(cfg.coverage)
+        self.p_gen.requires_grad_(cfg.pointer)
 
     # ---- encoder -------------------------------------------------------------------------------
     def encode(self, batch: Batch) -> EncoderOutput:

@@ -151,6 +151,15 @@ def test_coverage_off_ignores_w_c_and_reports_zero_coverage_loss(vocab, batch):
     assert model.state_dict().keys() == make_model(vocab, coverage=True).state_dict().keys()
 
 
+@pytest.mark.parametrize("overrides", [{}, {"coverage": True}, {"pointer": False}])
+def test_every_trainable_parameter_gets_a_gradient(vocab, batch, overrides):
+    # DDP waits for the gradient of every parameter that requires one: a configuration's unused
+    # parameters (w_c without coverage, p_gen without the pointer) must not require one.
+    model = make_model(vocab, **overrides)
+    model.mle_loss(batch)["loss"].backward()
+    assert [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None] == []
+
+
 def test_copied_oov_is_fed_back_as_unk(vocab, batch):
     model = make_model(vocab)
     enc = model.encode(batch)

@@ -4,6 +4,8 @@ collects both runs into one table."""
 import csv
 import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -88,3 +90,17 @@ def test_mixed_run_starts_from_mle_and_table4_collects_both(mle_run, capsys):
 def test_missing_init_checkpoint_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="nowhere.ckpt"):
         run(compose_run(tmp_path, "sms", ["reward=sms", f"mle_checkpoint={tmp_path / 'nowhere.ckpt'}"]))
+
+
+@pytest.mark.slow
+def test_ddp_on_two_cpu_processes_trains_and_tests_the_whole_test_set(tmp_path):
+    # As users launch it (Lightning re-runs the command for rank 1); every trainable parameter must get
+    # a gradient, and rank 0 alone tests all 12 test examples instead of each rank half of them.
+    overrides = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.max_steps=4",
+                 "reward=mle", f"output_dir={tmp_path / 'ddp'}", f"hydra.run.dir={tmp_path / 'hydra'}",
+                 f"cache_dir={tmp_path / 'cache'}", *TINY, "trainer.val_check_interval=2"]
+    done = subprocess.run([sys.executable, "-m", "trainer.train", *overrides], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((tmp_path / "ddp" / "results.json").read_text())["n"] == 12
+    assert len((tmp_path / "ddp" / "summaries.jsonl").read_text().splitlines()) == 12

@@ -56,6 +56,11 @@ def run(cfg: DictConfig) -> dict:
     if not cfg.test:
         return {}
     best = getattr(trainer.checkpoint_callback, "best_model_path", "") if cfg.train else ""
+    if trainer.world_size > 1:  # a distributed sampler splits (and pads) the test set: test it whole on rank 0
+        if not trainer.is_global_zero:
+            return {}
+        trainer = instantiate(cfg.trainer, devices=1, num_nodes=1, strategy="auto", logger=loggers or False,
+                              callbacks=callbacks)
     trainer.test(module, datamodule=data, ckpt_path=best or cfg.ckpt_path or None)
     results = json.loads((Path(cfg.output_dir) / "results.json").read_text())
     print(results_table({cfg.run_name: results}))
