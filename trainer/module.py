@@ -111,10 +111,11 @@ class SummarizationModule(pl.LightningModule):
         out = self.model.mle_loss(batch)
         decoded = greedy(self.model, batch, self.val_max_len)
         inputs = RewardInput.from_decoded(decoded.ids, decoded.lengths, batch, self.vocab)
-        self.log("val/loss", out["loss"], batch_size=len(batch), prog_bar=True)
-        self.log("val/rouge_l", self.rouge_l(inputs).mean(), batch_size=len(batch), prog_bar=True)
+        # sync_dist: under DDP the checkpoint monitor must see the mean over all ranks, not rank 0's share
+        self.log("val/loss", out["loss"], batch_size=len(batch), prog_bar=True, sync_dist=True)
+        self.log("val/rouge_l", self.rouge_l(inputs).mean(), batch_size=len(batch), prog_bar=True, sync_dist=True)
         if self.reward is not None:
-            self.log("val/reward", self.reward(inputs).mean(), batch_size=len(batch), prog_bar=True)
+            self.log("val/reward", self.reward(inputs).mean(), batch_size=len(batch), prog_bar=True, sync_dist=True)
 
     # ---------------------------------------------------------------- test
     def test_step(self, batch: Batch, batch_idx: int) -> None:

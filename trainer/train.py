@@ -59,6 +59,7 @@ def run(cfg: DictConfig) -> dict:
     if trainer.world_size > 1:  # a distributed sampler splits (and pads) the test set: test it whole on rank 0
         if not trainer.is_global_zero:
             return {}
+        torch.distributed.destroy_process_group()  # done with the other ranks
         trainer = instantiate(cfg.trainer, devices=1, num_nodes=1, strategy="auto", logger=loggers or False,
                               callbacks=callbacks)
     trainer.test(module, datamodule=data, ckpt_path=best or cfg.ckpt_path or None)
