@@ -9,7 +9,7 @@ median of `--repeats` runs of both ways, taken in turn.
 Torch runs on one thread by default, like the per-pair way: the rewards' ops are tiny, and on
 cores shared with other jobs torch's intra-op threads made them 20-40x slower (spinning workers).
 
-    python scripts/bench_rewards.py [--pairs 1024] [--batch-size 64] [--threads 1] [--alternatives]
+    python scripts/bench_rewards.py [--pairs 1024] [--batch-size 64] [--threads 1] [--device cpu] [--alternatives]
 """
 from __future__ import annotations
 
@@ -201,6 +201,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=1024)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
+    parser.add_argument("--device", default="cpu", help="where the batches live (cuda: ids cross to the host)")
     parser.add_argument("--repeats", type=int, default=3, help="timings are medians over this many runs")
     parser.add_argument("--alternatives", action="store_true", help="also measure other EMD solvers")
     args = parser.parse_args()
@@ -211,7 +212,8 @@ def main() -> None:
     hyps = [h.split() for h, _ in pairs]
     refs = [[line.split() for line in r.split("\n")] for _, r in pairs]
     vocab, vocab_wall, _ = timed(lambda: Vocabulary.build(hyps + [t for r in refs for t in r], 50_000))
-    inputs = [RewardInput.from_texts(hyps[i:i + args.batch_size], refs[i:i + args.batch_size], vocab)
+    inputs = [RewardInput.from_texts(hyps[i:i + args.batch_size], refs[i:i + args.batch_size], vocab,
+                                     device=args.device)
               for i in range(0, len(pairs), args.batch_size)]
     glove, load_wall, _ = timed(GloveEmbeddings)
     print(f"{len(pairs)} pairs, batches of {args.batch_size}, torch threads {torch.get_num_threads()}; "
@@ -232,7 +234,7 @@ def main() -> None:
         runs = []
         for _ in range(args.repeats):  # alternating, so that both ways see the same machine load
             fresh = [RewardInput(x.hyp, x.hyp_lens, x.batch, x.vocab) for x in inputs]  # no cached host ids
-            runs.append(timed(lambda: torch.cat([reward(x) for x in fresh])) + timed(
+            runs.append(timed(lambda: torch.cat([reward(x) for x in fresh]).cpu()) + timed(
                 lambda: [per_pair(h, r) for h, r in pairs]))
         ours, _, _, expected, _, _ = runs[0]
         wall, cpu, base_wall, base_cpu = (statistics.median(run[k] for run in runs) for k in (1, 2, 4, 5))
