@@ -61,6 +61,10 @@ class TokenVectors:
     table: np.ndarray
     extra: np.ndarray
 
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """(rows, keep, sentence, table, extra): one side as `rewards.mover`'s kernel takes it."""
+        return self.rows, self.keep, self.sentence, self.table, self.extra
+
 
 class Embeddings(Protocol):
     def embed_batch(self, inputs: RewardInput, side: str) -> TokenVectors:
@@ -136,7 +140,7 @@ class WordVectors:
         if side == "hyp":
             ids, lengths = host["hyp"], host["hyp_lens"]
         else:
-            ids, lengths = host["ref"], (host["ref_sentence"] >= 0).sum(1)
+            ids, lengths = host["ref"], host["ref_lens"]
         table, n_vocab = self.vocab_table(inputs.vocab), len(inputs.vocab)
         oov, width = self._oov_table(inputs.batch.oovs)
         keep, sentence, rows = _lookup_tokens(ids, lengths, n_vocab, width, table.keep, table.end, oov.keep, oov.end)

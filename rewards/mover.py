@@ -122,7 +122,7 @@ def batch_distances(hyp: TokenVectors, ref: TokenVectors, word_mass: float, sent
     """EMD [B] of every pair, in torch.get_num_threads() slices solved in parallel (the kernel
     releases the GIL). Own threads rather than numba's parallel layer, whose OpenMP runtime is
     torch's: it changed torch's thread count and left spinning threads behind."""
-    sides = [(t.rows, t.keep, t.sentence, t.table, t.extra) for t in (hyp, ref)]
+    sides = [hyp.arrays(), ref.arrays()]
     n, threads = len(hyp.rows), min(torch.get_num_threads(), len(hyp.rows))
     if threads <= 1:
         return mover_distances(*sides, word_mass, sentence_mass, 0, n)

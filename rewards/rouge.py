@@ -45,7 +45,7 @@ class RougeL:
 
     def __call__(self, inputs: RewardInput) -> Tensor:
         host = inputs.host_ids()
-        hyp_lens, ref_lens = host["hyp_lens"], (host["ref_sentence"] >= 0).sum(1)
+        hyp_lens, ref_lens = host["hyp_lens"], host["ref_lens"]
         hyp, ref = host["hyp"].tolist(), host["ref"].tolist()
         lcs = lcs_lengths([h[:n] for h, n in zip(hyp, hyp_lens)], [r[:m] for r, m in zip(ref, ref_lens)])
         f = lcs_f_measure(lcs, hyp_lens, ref_lens, self.beta)

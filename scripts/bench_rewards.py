@@ -99,8 +99,7 @@ def transport_problems(reward, inputs: list[RewardInput]) -> list[tuple[np.ndarr
     """Each pair's (a, b, cost) as the reward's kernel builds them; pairs with an empty side are left out."""
     problems = []
     for x in inputs:
-        sides = [(t.rows, t.keep, t.sentence, t.table, t.extra)
-                 for t in (reward.embeddings.embed_batch(x, side) for side in ("hyp", "ref"))]
+        sides = [reward.embeddings.embed_batch(x, side).arrays() for side in ("hyp", "ref")]
         for i in range(len(sides[0][0])):
             (points_a, a), (points_b, b) = (document_bag(rows[i], keep[i], sentence[i], table, extra,
                                                          reward.word_mass, reward.sentence_mass)
