@@ -122,7 +122,7 @@ class WordVectors:
     def _oov_table(self, oovs: list[list[str]]) -> tuple[_IdTable, int]:
         """Example b's k-th OOV word at row b * width + k; the last batch's table is reused (both
         sides and every reward of a batch share it)."""
-        width = max([len(o) for o in oovs] + [1])
+        width = max(map(len, oovs), default=0)
         lengths = tuple(map(len, oovs))  # guards against lists extended in place
         last = self._last_oovs
         if last is None or last[0] is not oovs or last[1] != lengths:

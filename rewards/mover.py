@@ -30,8 +30,12 @@ from rewards.transport import transport_cost
 
 
 @njit(cache=True, nogil=True)
-def _vector(row, table, extra):
-    return table[row] if row < table.shape[0] else extra[row - table.shape[0]]
+def _add_vector(point, row, table, extra):
+    """point += the vector at `row` (of `table`, then `extra`); element by element, as an array
+    expression costs more than the 50 additions."""
+    source, r = (table, row) if row < table.shape[0] else (extra, row - table.shape[0])
+    for d in range(point.size):
+        point[d] += source[r, d]
 
 
 @njit(cache=True, nogil=True)
@@ -63,7 +67,7 @@ def document_bag(rows: np.ndarray, keep: np.ndarray, sentence: np.ndarray, table
     for t in range(words.size):
         if t == 0 or words[t] != words[t - 1]:
             k += 1
-            points[k] = _vector(words[t], table, extra)
+            _add_vector(points[k], words[t], table, extra)
         weights[k] += 1  # the count, then its share below
     for t in range(k + 1):
         weights[t] = word_mass * weights[t] / size
@@ -73,10 +77,11 @@ def document_bag(rows: np.ndarray, keep: np.ndarray, sentence: np.ndarray, table
             if sentence[t] != previous:
                 k += 1
                 previous = sentence[t]
-            points[k] += _vector(rows[t], table, extra)
+            _add_vector(points[k], rows[t], table, extra)
             weights[k] += 1
     for t in range(n_types, n_types + n_sentences):
-        points[t] /= weights[t]
+        for d in range(points.shape[1]):
+            points[t, d] /= weights[t]
         weights[t] = sentence_mass * weights[t] / size
     return points, weights
 
@@ -95,41 +100,64 @@ def euclidean_costs(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True, nogil=True)
-def mover_distances(hyp: tuple, ref: tuple, word_mass: float, sentence_mass: float, first: int,
-                    last: int) -> np.ndarray:
-    """EMD [last - first] between the bags of hypothesis and reference i, for i in [first, last);
-    each side is (rows, keep, sentence, table, extra) as in `TokenVectors`. 0 when both bags are
-    empty, inf when one is."""
+def without_shared_mass(a: np.ndarray, b: np.ndarray, cost: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The transport problem left once the mass both bags hold at one point (cost 0) stays there:
+    with a metric cost, such as the Euclidean, some optimal plan keeps it in place, so the EMD is
+    unchanged. Rows and columns left without mass go (a quarter of the cells of CNN/DM WMS problems,
+    about 10% faster solves); either side may come back empty, all of its mass shared."""
+    a, b = a.copy(), b.copy()
+    for i in range(a.size):
+        for j in range(b.size):
+            if cost[i, j] == 0.0:
+                shared = min(a[i], b[j])
+                a[i] -= shared
+                b[j] -= shared
+    rows, cols = np.flatnonzero(a > 0), np.flatnonzero(b > 0)
+    left = np.empty((rows.size, cols.size))
+    for s in range(rows.size):
+        for t in range(cols.size):
+            left[s, t] = cost[rows[s], cols[t]]
+    return a[rows], b[cols], left
+
+
+@njit(cache=True, nogil=True)
+def mover_distances(hyp: tuple, ref: tuple, word_mass: float, sentence_mass: float, pairs: np.ndarray) -> np.ndarray:
+    """EMD between the bags of hypothesis and reference i, for i in `pairs`; each side is (rows, keep,
+    sentence, table, extra) as in `TokenVectors`. 0 when both bags are empty, inf when one is."""
     hyp_rows, hyp_keep, hyp_sentence, hyp_table, hyp_extra = hyp
     ref_rows, ref_keep, ref_sentence, ref_table, ref_extra = ref
-    distances = np.empty(last - first)
-    for i in range(first, last):
+    distances = np.empty(pairs.size)
+    for k in range(pairs.size):
+        i = pairs[k]
         x, a = document_bag(hyp_rows[i], hyp_keep[i], hyp_sentence[i], hyp_table, hyp_extra, word_mass, sentence_mass)
         y, b = document_bag(ref_rows[i], ref_keep[i], ref_sentence[i], ref_table, ref_extra, word_mass, sentence_mass)
         if a.size == 0 or b.size == 0:
-            distances[i - first] = 0.0 if a.size == b.size else np.inf
-        else:
-            distances[i - first] = transport_cost(a, b, euclidean_costs(x, y))
+            distances[k] = 0.0 if a.size == b.size else np.inf
+            continue
+        a, b, cost = without_shared_mass(a, b, euclidean_costs(x, y))
+        distances[k] = transport_cost(a, b, cost) if a.size and b.size else 0.0  # else: rounding's leftovers
     return distances
 
 
 @functools.lru_cache(maxsize=None)
 def _thread_pool(threads: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(threads, thread_name_prefix="mover")
+    return ThreadPoolExecutor(threads - 1, thread_name_prefix="mover")
 
 
 def batch_distances(hyp: TokenVectors, ref: TokenVectors, word_mass: float, sentence_mass: float) -> np.ndarray:
-    """EMD [B] of every pair, in torch.get_num_threads() slices solved in parallel (the kernel
-    releases the GIL). Own threads rather than numba's parallel layer, whose OpenMP runtime is
-    torch's: it changed torch's thread count and left spinning threads behind."""
-    sides = [hyp.arrays(), ref.arrays()]
-    n, threads = len(hyp.rows), min(torch.get_num_threads(), len(hyp.rows))
-    if threads <= 1:
-        return mover_distances(*sides, word_mass, sentence_mass, 0, n)
-    bounds = np.linspace(0, n, threads + 1).astype(int)
-    slices = [_thread_pool(threads).submit(mover_distances, *sides, word_mass, sentence_mass, lo, hi)
-              for lo, hi in zip(bounds[:-1], bounds[1:])]
-    return np.concatenate([s.result() for s in slices])
+    """EMD [B] of every pair on torch.get_num_threads() threads, the caller's included: thread t
+    solves pairs t, t + threads, ... (interleaved, so that long and short documents even out; dealing
+    them by size did no better). The kernel releases the GIL. Own threads rather than numba's parallel
+    layer, whose OpenMP runtime is torch's: it changed torch's thread count and left spinning threads."""
+    sides, n = [hyp.arrays(), ref.arrays()], len(hyp.rows)
+    threads = max(1, min(torch.get_num_threads(), n))
+    others = [_thread_pool(threads).submit(mover_distances, *sides, word_mass, sentence_mass, np.arange(t, n, threads))
+              for t in range(1, threads)]
+    distances = np.empty(n)
+    distances[0::threads] = mover_distances(*sides, word_mass, sentence_mass, np.arange(0, n, threads))
+    for t, other in enumerate(others, 1):
+        distances[t::threads] = other.result()
+    return distances
 
 
 class MoverSimilarity:

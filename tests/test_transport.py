@@ -4,7 +4,7 @@ import numpy as np
 import ot
 import pytest
 
-from rewards.mover import document_bag
+from rewards.mover import document_bag, without_shared_mass
 from rewards.transport import transport_cost
 
 
@@ -75,3 +75,26 @@ def test_document_bag_words_then_sentences():
     np.testing.assert_allclose(weights, [0.25, 0.125, 0.125, 0.25, 0.25])
     with pytest.raises(ValueError, match="sentence indices"):
         document_bag(rows, keep, sentence[::-1].copy(), table, table[:0], 0.5, 0.5)
+
+
+def test_mass_at_shared_points_stays_and_the_distance_does_not_change():
+    # Euclidean costs are a metric, so mass both sides hold at one point stays there in some optimal
+    # plan. Points repeat within a side too (an S+WMS one-word sentence sits on its word).
+    rng = np.random.default_rng(6)
+    shrunk = 0
+    for _ in range(300):
+        points = rng.normal(size=(10, 4))
+        x, y = points[rng.integers(0, 10, 9)], points[rng.integers(0, 10, 7)]
+        a, b = rng.integers(1, 5, 9).astype(float), rng.integers(1, 5, 7).astype(float)
+        a, b = a / a.sum(), b / b.sum()
+        cost = ot.dist(x, y, metric="euclidean")
+        left_a, left_b, left_cost = without_shared_mass(a, b, cost)
+        assert left_a.sum() == pytest.approx(left_b.sum(), abs=1e-12)
+        assert (left_cost > 0).all()
+        expected = ot.emd2(a, b, cost)
+        got = transport_cost(left_a, left_b, left_cost) if left_a.size and left_b.size else 0.0
+        assert got == pytest.approx(expected, abs=1e-10)
+        shrunk += left_a.size + left_b.size < a.size + b.size
+    assert shrunk > 250
+    same = np.array([0.25, 0.75])
+    assert [side.size for side in without_shared_mass(same, same, np.array([[0.0, 1.0], [1.0, 0.0]]))] == [0, 0, 0]
