@@ -105,13 +105,16 @@ def without_shared_mass(a: np.ndarray, b: np.ndarray, cost: np.ndarray) -> tuple
     with a metric cost, such as the Euclidean, some optimal plan keeps it in place, so the EMD is
     unchanged. Rows and columns left without mass go (a quarter of the cells of CNN/DM WMS problems,
     about 10% faster solves); either side may come back empty, all of its mass shared."""
-    a, b = a.copy(), b.copy()
+    a, b, any_shared = a.copy(), b.copy(), False
     for i in range(a.size):
         for j in range(b.size):
             if cost[i, j] == 0.0:
                 shared = min(a[i], b[j])
                 a[i] -= shared
                 b[j] -= shared
+                any_shared = True
+    if not any_shared:
+        return a, b, cost
     rows, cols = np.flatnonzero(a > 0), np.flatnonzero(b > 0)
     left = np.empty((rows.size, cols.size))
     for s in range(rows.size):

@@ -97,7 +97,7 @@ def _entering_cell(cost, potential, n, bland, first_row, block):
     v = potential[n:]
     best, p, q, scanned = -TOLERANCE, -1, -1, 0
     for t in range(n):
-        i = t if bland else (first_row + t) % n
+        i = t if bland else (first_row + t if first_row + t < n else first_row + t - n)  # not %: 4% of a solve
         row_min = np.inf
         for j in range(m):
             row_min = min(row_min, cost[i, j] - v[j])
