@@ -3,8 +3,8 @@
 The mover's rewards solve one problem per pair (about 19 x 19 points for WMS on CNN/DM summaries)
 inside the compiled loop over a batch (`rewards.mover`), where POT would cost a Python call per pair.
 The solver starts from a greedy basis whose zero-cost cells keep the mass two documents share in
-place, then pivots by Dantzig's rule (block search on large problems), re-hanging only the subtree
-that a pivot cuts off. `scripts/bench_rewards.py --alternatives` compares it with POT's `emd_c` (the
+place, then pivots by Dantzig's rule (block search on large problems), cutting the scan short at a
+row good enough next to the last pivot, and re-hangs only the subtree that a pivot cuts off. `scripts/bench_rewards.py --alternatives` compares it with POT's `emd_c` (the
 network simplex behind `ot.emd2`) on one core: 1.3-2.0x faster on the CNN/DM WMS and S+WMS problems
 (2.4-5x on SMS's tiny ones), 1.4-2.1x on random ones from 20 x 20 to 320 x 320, equal to 1e-14.
 Tests check it against `ot.emd2`. Dantzig's rule can in theory cycle on degenerate problems, so
@@ -17,6 +17,7 @@ from numba import njit
 
 TOLERANCE = 1e-10  # optimal once no reduced cost is below -TOLERANCE: within 1e-10 of the optimum (mass 1)
 MAX_PIVOTS = 100_000  # ot.emd2's default iteration limit
+GOOD_ENOUGH = 0.6  # of the last pivot's reduced cost; 0.5 and 0.7 did a little worse
 
 
 @njit(cache=True)
@@ -88,11 +89,12 @@ def _unlink(x, e, adjacency, degree):
 
 
 @njit(cache=True)
-def _entering_cell(cost, potential, n, bland, first_row, block):
-    """The entering cell, or (-1, -1) when no reduced cost c_ij - u_i - v_j is below -TOLERANCE
-    (optimal). Block search: the most negative cell among whole rows scanned from `first_row` on
-    (cyclically) until `block` cells were seen and one was negative. With Bland's rule: the first
-    negative cell from row 0."""
+def _entering_cell(cost, potential, n, bland, first_row, block, good_enough):
+    """The entering cell and its reduced cost c_ij - u_i - v_j, or (-1, -1, -TOLERANCE) when none is
+    below -TOLERANCE (optimal). Rows are scanned cyclically from `first_row`, each for its most
+    negative cell; the scan stops at a row whose cell is below `good_enough`, or once `block` cells
+    were seen and one was negative (block search, as in LEMON), else takes the best of all rows
+    (Dantzig). With Bland's rule: the first negative cell from row 0."""
     m = cost.shape[1]
     v = potential[n:]
     best, p, q, scanned = -TOLERANCE, -1, -1, 0
@@ -108,12 +110,12 @@ def _entering_cell(cost, potential, n, bland, first_row, block):
                 if (reduced - potential[i] < -TOLERANCE) if bland else (reduced == row_min):
                     q = j
                     break
-            if bland:
+            if bland or best < good_enough:
                 break
         scanned += m
         if p >= 0 and scanned >= block:
             break
-    return p, q
+    return p, q, best
 
 
 @njit(cache=True)
@@ -137,10 +139,12 @@ def transport_cost(a: np.ndarray, b: np.ndarray, cost: np.ndarray, dantzig_pivot
     _hang(0, n, cost, edge_row, edge_col, adjacency, degree, parent_edge, depth, potential, queue)
     # Whole-matrix (Dantzig) pricing up to 1,024 cells; beyond, block search as in LEMON: pricing every
     # cell at each pivot made large problems (60 x 60 and up) slower than POT, up to 5x at 320 x 320.
-    block, first_row = max(1024, int(4 * np.sqrt(n * m))), 0
+    # A row at least GOOD_ENOUGH times as negative as the last pivot's ends the scan: fewer cells priced,
+    # a few more pivots; 8-12% faster solves on CNN/DM problems, 5-15% on random ones up to 320 x 320.
+    block, first_row, last_reduced = max(1024, int(4 * np.sqrt(n * m))), 0, -np.inf
     for pivot in range(max_pivots + 1):
         bland = pivot >= dantzig_pivots
-        p, q = _entering_cell(cost, potential, n, bland, first_row, block)
+        p, q, last_reduced = _entering_cell(cost, potential, n, bland, first_row, block, GOOD_ENOUGH * last_reduced)
         first_row = (p + 1) % n
         if p < 0:
             total = 0.0
