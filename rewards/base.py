@@ -48,7 +48,7 @@ class RewardInput:
                 flat = torch.cat([t.flatten().long() for t in parts.values()]).cpu().numpy()
                 ends = np.cumsum([t.numel() for t in parts.values()])
                 self._host = {k: a.reshape(t.shape) for (k, t), a in zip(parts.items(), np.split(flat, ends[:-1]))}
-            self._host["ref_lens"] = (self._host["ref_sentence"] >= 0).sum(1)
+            self._host["ref_lens"] = np.count_nonzero(self._host["ref_sentence"] >= 0, axis=1)
         return self._host
 
     def hyp_tokens(self) -> list[list[str]]:

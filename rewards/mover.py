@@ -184,7 +184,7 @@ class MoverSimilarity:
         if np.isnan(distances).any():
             raise RuntimeError(f"{self.name}: the transport simplex did not converge for batch rows "
                                f"{np.flatnonzero(np.isnan(distances)).tolist()}")
-        return torch.from_numpy(np.exp(-distances)).float().to(inputs.device)
+        return torch.from_numpy(np.exp(-distances)).to(inputs.device, torch.float32)
 
 
 class WordMoverSimilarity(MoverSimilarity):
