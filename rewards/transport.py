@@ -2,8 +2,8 @@
 
 The mover's rewards solve one problem per pair (about 19 x 19 points for WMS on CNN/DM summaries)
 inside the compiled loop over a batch (`rewards.mover`), where POT would cost a Python call per pair.
-The solver starts from a greedy basis whose zero-cost cells keep the mass two documents share in
-place, then pivots by Dantzig's rule (block search on large problems), cutting the scan short at a
+The solver starts from the least-cost rule's basis (zero-cost cells first: mass two documents share
+stays in place), then pivots by Dantzig's rule (block search on large problems), cutting the scan short at a
 row good enough next to the last pivot, and re-hangs only the subtree that a pivot cuts off. `scripts/bench_rewards.py --alternatives` compares it with POT's `emd_c` (the
 network simplex behind `ot.emd2`) on one core: 1.3-2.0x faster on the CNN/DM WMS and S+WMS problems
 (2.4-5x on SMS's tiny ones), 1.4-2.1x on random ones from 20 x 20 to 320 x 320, equal to 1e-14.
@@ -21,36 +21,47 @@ GOOD_ENOUGH = 0.6  # of the last pivot's reduced cost; 0.5 and 0.7 did a little 
 
 
 @njit(cache=True)
-def _cheapest_rows_first_start(a, b, cost, edge_row, edge_col, flow):
-    """A basic feasible solution: rows, in order of their cheapest cell, ship to their cheapest
-    columns with demand left. Each allocation retires one row or one column (both only at the end),
-    so the n + m - 1 cells form a spanning tree of rows and columns (some may carry 0). On CNN/DM
-    problems it was faster overall than the least-cost rule's start: cheaper to build, a few more pivots."""
+def _cheapest_cell_first_start(a, b, cost, edge_row, edge_col, flow):
+    """A basic feasible solution by the least-cost rule: the cheapest cell of the rows and columns
+    still open ships as much as it can. Each allocation closes one row or one column (both only at
+    the end), so the n + m - 1 cells form a spanning tree of rows and columns (some may carry 0).
+    Each row keeps its cheapest open column, looked for again only when that column closes; closed
+    lines cost +inf rather than a test. Against rows, cheapest first, shipping to their cheapest
+    columns: a quarter fewer pivots, 20% faster solves on CNN/DM and random problems."""
     n, m = a.shape[0], b.shape[0]
-    demand = b.copy()
-    retired_col = np.zeros(m)  # +inf once retired: a row's cheapest live column is argmin(cost + this)
-    row_min = np.empty(n)
+    supply, demand = a.copy(), b.copy()
+    closed_col = np.zeros(m)  # +inf once closed
+    row_best, row_best_col = np.empty(n), np.empty(n, np.int64)  # +inf once the row is closed
     for i in range(n):
-        row_min[i] = cost[i].min()
-    rows = np.argsort(row_min)
-    cols_left, k = m, 0
-    for t in range(n):
-        i, supply = rows[t], a[rows[t]]
-        while True:
-            j, best = -1, np.inf
-            for c in range(m):
-                if cost[i, c] + retired_col[c] < best:
-                    best, j = cost[i, c] + retired_col[c], c
-            edge_row[k], edge_col[k] = i, j
-            k += 1
-            if (supply <= demand[j] and t < n - 1) or cols_left == 1:
-                flow[k - 1] = max(supply, 0.0)
-                demand[j] -= supply
-                break
-            flow[k - 1] = max(demand[j], 0.0)
-            supply -= demand[j]
-            retired_col[j] = np.inf
-            cols_left -= 1
+        best, best_col = cost[i, 0], 0  # locals, not the arrays: 20% of a solve
+        for j in range(1, m):
+            if cost[i, j] < best:
+                best, best_col = cost[i, j], j
+        row_best[i], row_best_col[i] = best, best_col
+    rows_open, cols_open = n, m
+    for k in range(n + m - 1):
+        i, best = 0, row_best[0]
+        for r in range(1, n):
+            if row_best[r] < best:
+                i, best = r, row_best[r]
+        j = row_best_col[i]
+        amount = min(supply[i], demand[j])
+        edge_row[k], edge_col[k], flow[k] = i, j, max(amount, 0.0)
+        supply[i] -= amount
+        demand[j] -= amount
+        if cols_open == 1 or (rows_open > 1 and supply[i] <= demand[j]):
+            row_best[i] = np.inf
+            rows_open -= 1
+            continue
+        closed_col[j] = np.inf
+        cols_open -= 1
+        for r in range(n):
+            if row_best_col[r] == j and row_best[r] < np.inf:
+                best, best_col = np.inf, -1
+                for c in range(m):
+                    if cost[r, c] + closed_col[c] < best:
+                        best, best_col = cost[r, c] + closed_col[c], c
+                row_best[r], row_best_col[r] = best, best_col
 
 
 @njit(cache=True)
@@ -126,7 +137,7 @@ def transport_cost(a: np.ndarray, b: np.ndarray, cost: np.ndarray, dantzig_pivot
     n, m = a.shape[0], b.shape[0]
     nodes, edges = n + m, n + m - 1
     edge_row, edge_col, flow = np.empty(edges, np.int64), np.empty(edges, np.int64), np.empty(edges)
-    _cheapest_rows_first_start(a, b, cost, edge_row, edge_col, flow)
+    _cheapest_cell_first_start(a, b, cost, edge_row, edge_col, flow)
     adjacency = np.empty((nodes, max(n, m)), np.int64)  # each node's tree edges, degree[x] of them
     work = np.zeros(6 * nodes, np.int64)
     degree, parent_edge, depth = work[:nodes], work[nodes:2 * nodes], work[2 * nodes:3 * nodes]
