@@ -30,12 +30,12 @@ from rewards.transport import transport_cost
 
 
 @njit(cache=True, nogil=True)
-def _add_vector(point, row, table, extra):
-    """point += the vector at `row` (of `table`, then `extra`); element by element, as an array
-    expression costs more than the 50 additions."""
+def _add_vector(points, k, row, table, extra):
+    """points[k] += the vector at `row` (of `table`, then `extra`); element by element, as an array
+    expression (or even a row view) costs more than the 50 additions."""
     source, r = (table, row) if row < table.shape[0] else (extra, row - table.shape[0])
-    for d in range(point.size):
-        point[d] += source[r, d]
+    for d in range(points.shape[1]):
+        points[k, d] += source[r, d]
 
 
 @njit(cache=True, nogil=True)
@@ -67,7 +67,7 @@ def document_bag(rows: np.ndarray, keep: np.ndarray, sentence: np.ndarray, table
     for t in range(words.size):
         if t == 0 or words[t] != words[t - 1]:
             k += 1
-            _add_vector(points[k], words[t], table, extra)
+            _add_vector(points, k, words[t], table, extra)
         weights[k] += 1  # the count, then its share below
     for t in range(k + 1):
         weights[t] = word_mass * weights[t] / size
@@ -77,7 +77,7 @@ def document_bag(rows: np.ndarray, keep: np.ndarray, sentence: np.ndarray, table
             if sentence[t] != previous:
                 k += 1
                 previous = sentence[t]
-            _add_vector(points[k], rows[t], table, extra)
+            _add_vector(points, k, rows[t], table, extra)
             weights[k] += 1
     for t in range(n_types, n_types + n_sentences):
         for d in range(points.shape[1]):
