@@ -114,6 +114,8 @@ class WordVectors:
         return code
 
     def _lookup(self, words: Sequence[str]) -> _IdTable:
+        if not words:  # a batch without OOV words: skip a dozen numpy calls
+            return _IdTable(np.zeros((0, self.matrix.shape[1])), np.zeros(0, bool), np.zeros(0, bool))
         codes = np.fromiter(map(self._describe, words), dtype=np.int64, count=len(words))
         rows = codes // 4 - 1
         vectors = self.matrix[np.maximum(rows, 0)].astype(np.float64) * (rows >= 0)[:, None]

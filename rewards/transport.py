@@ -164,35 +164,33 @@ def transport_cost(a: np.ndarray, b: np.ndarray, cost: np.ndarray, dantzig_pivot
             return total
         if pivot == max_pivots:
             break
-        # The cycle closed by (p, q): the tree path from column q up to the common ancestor, then
-        # down to row p. Along it, edges alternate -theta, +theta, ... starting at q.
+        # The cycle closed by (p, q): the tree paths from column q and from row p up to their common
+        # ancestor. (p, q) gains theta; along each path, edges alternate -theta, +theta, ... from its
+        # end. The leaving edge: least flow among the -theta edges (ties: lowest cell, under Bland).
         x, y = n + q, p
         length_q, length_p = 0, 0
+        theta, leaving, leaving_on_q_side = np.inf, -1, True
         while x != y:
-            if depth[x] >= depth[y]:
+            on_q_side = depth[x] >= depth[y]
+            if on_q_side:
                 e = parent_edge[x]
                 path[length_q] = e
+                loses = length_q % 2 == 0
                 length_q += 1
                 x = edge_row[e] if x >= n else n + edge_col[e]
             else:
                 e = parent_edge[y]
                 path[nodes + length_p] = e
+                loses = length_p % 2 == 0
                 length_p += 1
                 y = edge_row[e] if y >= n else n + edge_col[e]
-        length = length_q + length_p
-        theta, leaving, leaving_on_q_side = np.inf, -1, True
-        for s in range(length):  # the leaving edge: least flow among the -theta edges (ties: lowest cell)
-            on_q_side = s < length_q
-            e = path[s] if on_q_side else path[nodes + s - length_q]
-            position = s if on_q_side else length - 1 - (s - length_q)
-            if position % 2 == 0 and (flow[e] < theta or (bland and flow[e] == theta and
-                                      edge_row[e] * m + edge_col[e] < edge_row[leaving] * m + edge_col[leaving])):
+            if loses and (flow[e] < theta or (bland and flow[e] == theta and
+                                              edge_row[e] * m + edge_col[e] < edge_row[leaving] * m + edge_col[leaving])):
                 theta, leaving, leaving_on_q_side = flow[e], e, on_q_side
-        for s in range(length):
-            on_q_side = s < length_q
-            e = path[s] if on_q_side else path[nodes + s - length_q]
-            position = s if on_q_side else length - 1 - (s - length_q)
-            flow[e] += -theta if position % 2 == 0 else theta
+        for s in range(length_q):
+            flow[path[s]] += -theta if s % 2 == 0 else theta
+        for s in range(length_p):
+            flow[path[nodes + s]] += -theta if s % 2 == 0 else theta
         # The leaving edge's slot becomes (p, q); the side it cut off hangs from (p, q) now.
         _unlink(edge_row[leaving], leaving, adjacency, degree)
         _unlink(n + edge_col[leaving], leaving, adjacency, degree)
