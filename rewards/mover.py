@@ -11,12 +11,13 @@ the similarity is 1 (nothing to move); when only one side is empty, it is 0 (no 
 
 The batch's token ids reach the host in one transfer (`RewardInput.host_ids`); there the vector
 rows, content-word flags and sentences are looked up, and a compiled kernel builds each pair's two
-bags, their Euclidean costs and the exact transport (`rewards.transport`), slices of the batch in
-parallel on torch's thread count.
+bags, their Euclidean costs and the exact transport (`rewards.transport`), the pairs shared among
+torch's threads.
 """
 from __future__ import annotations
 
 import functools
+import math
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -124,22 +125,24 @@ def without_shared_mass(a: np.ndarray, b: np.ndarray, cost: np.ndarray) -> tuple
 
 
 @njit(cache=True, nogil=True)
-def mover_distances(hyp: tuple, ref: tuple, word_mass: float, sentence_mass: float, pairs: np.ndarray) -> np.ndarray:
-    """EMD between the bags of hypothesis and reference i, for i in `pairs`; each side is (rows, keep,
-    sentence, table, extra) as in `TokenVectors`. 0 when both bags are empty, inf when one is."""
+def mover_similarities(hyp: tuple, ref: tuple, word_mass: float, sentence_mass: float, pairs: np.ndarray) -> np.ndarray:
+    """exp(-EMD) between the bags of hypothesis and reference i, for i in `pairs`; each side is (rows,
+    keep, sentence, table, extra) as in `TokenVectors`. 1 when both bags are empty, 0 when one is;
+    NaN where the solver did not converge."""
     hyp_rows, hyp_keep, hyp_sentence, hyp_table, hyp_extra = hyp
     ref_rows, ref_keep, ref_sentence, ref_table, ref_extra = ref
-    distances = np.empty(pairs.size)
+    similarities = np.empty(pairs.size)
     for k in range(pairs.size):
         i = pairs[k]
         x, a = document_bag(hyp_rows[i], hyp_keep[i], hyp_sentence[i], hyp_table, hyp_extra, word_mass, sentence_mass)
         y, b = document_bag(ref_rows[i], ref_keep[i], ref_sentence[i], ref_table, ref_extra, word_mass, sentence_mass)
         if a.size == 0 or b.size == 0:
-            distances[k] = 0.0 if a.size == b.size else np.inf
+            similarities[k] = 1.0 if a.size == b.size else 0.0
             continue
         a, b, cost = without_shared_mass(a, b, euclidean_costs(x, y))
-        distances[k] = transport_cost(a, b, cost) if a.size and b.size else 0.0  # else: rounding's leftovers
-    return distances
+        distance = transport_cost(a, b, cost) if a.size and b.size else 0.0  # else: rounding's leftovers
+        similarities[k] = np.exp(-distance)
+    return similarities
 
 
 @functools.lru_cache(maxsize=None)
@@ -147,20 +150,22 @@ def _thread_pool(threads: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(threads - 1, thread_name_prefix="mover")
 
 
-def batch_distances(hyp: TokenVectors, ref: TokenVectors, word_mass: float, sentence_mass: float) -> np.ndarray:
-    """EMD [B] of every pair on torch.get_num_threads() threads, the caller's included: thread t
-    solves pairs t, t + threads, ... (interleaved, so that long and short documents even out; dealing
-    them by size did no better). The kernel releases the GIL. Own threads rather than numba's parallel
-    layer, whose OpenMP runtime is torch's: it changed torch's thread count and left spinning threads."""
+def batch_similarities(hyp: TokenVectors, ref: TokenVectors, word_mass: float, sentence_mass: float) -> np.ndarray:
+    """`mover_similarities` [B] of every pair on torch.get_num_threads() threads, the caller's
+    included: thread t solves pairs t, t + threads, ... (interleaved, so that long and short
+    documents even out; dealing them by size did no better). The kernel releases the GIL. Own threads
+    rather than numba's parallel layer, whose OpenMP runtime is torch's: it changed torch's thread
+    count and left spinning threads behind."""
     sides, n = [hyp.arrays(), ref.arrays()], len(hyp.rows)
     threads = max(1, min(torch.get_num_threads(), n))
-    others = [_thread_pool(threads).submit(mover_distances, *sides, word_mass, sentence_mass, np.arange(t, n, threads))
+    others = [_thread_pool(threads).submit(mover_similarities, *sides, word_mass, sentence_mass,
+                                           np.arange(t, n, threads))
               for t in range(1, threads)]
-    distances = np.empty(n)
-    distances[0::threads] = mover_distances(*sides, word_mass, sentence_mass, np.arange(0, n, threads))
+    similarities = np.empty(n)
+    similarities[0::threads] = mover_similarities(*sides, word_mass, sentence_mass, np.arange(0, n, threads))
     for t, other in enumerate(others, 1):
-        distances[t::threads] = other.result()
-    return distances
+        similarities[t::threads] = other.result()
+    return similarities
 
 
 class MoverSimilarity:
@@ -180,11 +185,11 @@ class MoverSimilarity:
 
     def __call__(self, inputs: RewardInput) -> Tensor:
         hyp, ref = (self.embeddings.embed_batch(inputs, side) for side in ("hyp", "ref"))
-        distances = batch_distances(hyp, ref, self.word_mass, self.sentence_mass)
-        if np.isnan(distances).any():
+        similarities = batch_similarities(hyp, ref, self.word_mass, self.sentence_mass)
+        if math.isnan(similarities.sum()):  # one numpy call on the common path
             raise RuntimeError(f"{self.name}: the transport simplex did not converge for batch rows "
-                               f"{np.flatnonzero(np.isnan(distances)).tolist()}")
-        return torch.from_numpy(np.exp(-distances)).to(inputs.device, torch.float32)
+                               f"{np.flatnonzero(np.isnan(similarities)).tolist()}")
+        return torch.from_numpy(similarities).to(inputs.device, torch.float32)
 
 
 class WordMoverSimilarity(MoverSimilarity):

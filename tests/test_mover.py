@@ -152,6 +152,14 @@ def test_degenerate_inputs_have_defined_values(reward_cls):
     assert out.tolist() == pytest.approx([0.0, 1.0, 0.0, 0.0, 0.0, one_sentence[reward_cls.name]], abs=1e-6)
 
 
+def test_a_solve_that_did_not_converge_is_an_error_naming_its_rows(monkeypatch):
+    import rewards.mover
+
+    monkeypatch.setattr(rewards.mover, "batch_similarities", lambda *args: np.array([0.5, np.nan, 0.2]))
+    with pytest.raises(RuntimeError, match=r"wms: the transport simplex did not converge for batch rows \[1\]"):
+        score(WordMoverSimilarity, WordVectors.from_dict(PLANE), [["cat"]] * 3, [[["dog"]]] * 3)
+
+
 @pytest.mark.parametrize("reward_cls", MOVERS)
 def test_batch_without_any_content_word_in_its_hypotheses(reward_cls):
     # An untrained model's samples: no hypothesis of the batch keeps a word after preprocessing.
