@@ -37,18 +37,17 @@ class RewardInput:
         return self.batch.has_reference
 
     def host_ids(self) -> dict[str, np.ndarray]:
-        """`hyp`, `hyp_lens`, `ref`, `ref_sentence` and `ref_lens` (reference tokens per row) as host
-        arrays: one device-to-host copy for all the rewards that read them, computed once."""
+        """`hyp`, `hyp_lens`, `ref`, `ref_sentence` and `ref_lens` as host arrays: one device-to-host
+        copy for all the rewards that read them, made once."""
         if self._host is None:
             parts = {"hyp": self.hyp, "hyp_lens": self.hyp_lens, "ref": self.batch.ref,
-                     "ref_sentence": self.batch.ref_sentence}
+                     "ref_sentence": self.batch.ref_sentence, "ref_lens": self.batch.ref_lens}
             if self.device.type == "cpu":  # already there: views, no copy
                 self._host = {k: t.long().numpy() for k, t in parts.items()}
             else:
                 flat = torch.cat([t.flatten().long() for t in parts.values()]).cpu().numpy()
                 ends = np.cumsum([t.numel() for t in parts.values()])
                 self._host = {k: a.reshape(t.shape) for (k, t), a in zip(parts.items(), np.split(flat, ends[:-1]))}
-            self._host["ref_lens"] = np.count_nonzero(self._host["ref_sentence"] >= 0, axis=1)
         return self._host
 
     def hyp_tokens(self) -> list[list[str]]:

@@ -42,6 +42,7 @@ def test_collate_extended_ids_targets_and_reference_only_oovs():
     # ... but distinct on the reward side, with sentence indices
     assert batch.ref[0].tolist() == [V, 6, 7, 4, V + 1, 7]
     assert batch.ref_sentence[0].tolist() == [0, 0, 0, 1, 1, 1]
+    assert batch.ref_lens.tolist() == [6, 0]
     assert batch.has_reference.tolist() == [True, False]
     assert not batch.target_mask[1].any()
 

@@ -33,6 +33,7 @@ class Batch:
     ref          [B, R]  extended ids of the full-length reference (no </s>), reference-only OOVs
                          kept distinct; <pad> where there is no reference
     ref_sentence [B, R]  sentence index of each reference token, -1 on padding
+    ref_lens     [B]     reference tokens per row (0 without a reference)
     has_reference [B]    bool
     n_copy_oovs          max number of article OOVs in the batch: the model's output size is V + this
     oovs                 per example: article OOVs, then reference-only OOVs (index k is id V + k)
@@ -47,6 +48,7 @@ class Batch:
     target_mask: Tensor
     ref: Tensor
     ref_sentence: Tensor
+    ref_lens: Tensor
     has_reference: Tensor
     n_copy_oovs: int
     oovs: list[list[str]]
@@ -114,6 +116,7 @@ def collate(examples: list[Example], vocab: Vocabulary, max_source_len: int = 40
         target_mask=_pad([[1] * len(t) for t in target], 0).bool(),
         ref=_pad(ref, vocab.pad_id),
         ref_sentence=_pad(ref_sentence, -1),
+        ref_lens=torch.tensor([len(r) for r in ref], dtype=torch.long),
         has_reference=torch.tensor([ex.reference is not None for ex in examples]),
         n_copy_oovs=n_copy,
         oovs=oov_lists,
