@@ -5,9 +5,9 @@ inside the compiled loop over a batch (`rewards.mover`), where POT would cost a 
 The solver starts from the least-cost rule's basis (zero-cost cells first: mass two documents share
 stays in place), then pivots by Dantzig's rule (block search on large problems), cutting the scan short at a
 row good enough next to the last pivot, and re-hangs only the subtree that a pivot cuts off. `scripts/bench_rewards.py --alternatives` compares it with POT's `emd_c` (the
-network simplex behind `ot.emd2`) on one core: 2.5-2.6x faster on the CNN/DM WMS and S+WMS problems
-(7x on SMS's tiny ones), 2.8x, 2.5x and 1.9x on random ones of 20, 80 and 320 points a side, equal to
-1e-14.
+network simplex behind `ot.emd2`) on one core: 2.3-2.6x faster on the CNN/DM WMS and S+WMS problems
+(6-7x on SMS's tiny ones), 2.6-2.8x, 2.1-2.5x and 1.6-1.9x on random ones of 20, 80 and 320 points a
+side, equal to 1e-14.
 Tests check it against `ot.emd2`. Dantzig's rule can in theory cycle on degenerate problems, so
 after `dantzig_pivots` pivots the solver switches to Bland's rule, which cannot.
 """
