@@ -3,13 +3,13 @@
 The mover's rewards solve one problem per pair (about 19 x 19 points for WMS on CNN/DM summaries)
 inside the compiled loop over a batch (`rewards.mover`), where POT would cost a Python call per pair.
 The solver starts from the least-cost rule's basis (zero-cost cells first: mass two documents share
-stays in place), then pivots by Dantzig's rule (block search on large problems), cutting the scan short at a
-row good enough next to the last pivot, and re-hangs only the subtree that a pivot cuts off. `scripts/bench_rewards.py --alternatives` compares it with POT's `emd_c` (the
-network simplex behind `ot.emd2`) on one core: 2.3-2.6x faster on the CNN/DM WMS and S+WMS problems
-(6-7x on SMS's tiny ones), 2.6-2.8x, 2.1-2.5x and 1.6-1.9x on random ones of 20, 80 and 320 points a
-side, equal to 1e-14.
-Tests check it against `ot.emd2`. Dantzig's rule can in theory cycle on degenerate problems, so
-after `dantzig_pivots` pivots the solver switches to Bland's rule, which cannot.
+stays in place), then pivots by Dantzig's rule (block search on large problems), cutting the scan
+short at a row good enough next to the last pivot, and re-hangs only the subtree that a pivot cuts
+off. `scripts/bench_rewards.py --alternatives` compares it with POT's `emd_c` (the network simplex
+behind `ot.emd2`) on one core: 2.3-2.6x faster on the CNN/DM WMS and S+WMS problems (6-7x on SMS's
+tiny ones), 2.6-2.8x, 2.1-2.5x and 1.6-1.9x on random ones of 20, 80 and 320 points a side, equal
+to 1e-14. Tests check it against `ot.emd2`. Dantzig's rule can in theory cycle on degenerate
+problems, so after `dantzig_pivots` pivots the solver switches to Bland's rule, which cannot.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def _cheapest_cell_first_start(a, b, cost, edge_row, edge_col, flow):
     closed_col = np.zeros(m)  # +inf once closed
     row_best, row_best_col = np.empty(n), np.empty(n, np.int64)  # +inf once the row is closed
     for i in range(n):
-        best, best_col = cost[i, 0], 0  # locals, not the arrays: 20% of a solve
+        best, best_col = cost[i, 0], 0  # in locals, not the arrays: 20% of a solve
         for j in range(1, m):
             if cost[i, j] < best:
                 best, best_col = cost[i, j], j
@@ -185,8 +185,8 @@ def transport_cost(a: np.ndarray, b: np.ndarray, cost: np.ndarray, dantzig_pivot
                 loses = length_p % 2 == 0
                 length_p += 1
                 y = edge_row[e] if y >= n else n + edge_col[e]
-            if loses and (flow[e] < theta or (bland and flow[e] == theta and
-                                              edge_row[e] * m + edge_col[e] < edge_row[leaving] * m + edge_col[leaving])):
+            lower_cell = edge_row[e] * m + edge_col[e] < edge_row[leaving] * m + edge_col[leaving]
+            if loses and (flow[e] < theta or (bland and flow[e] == theta and lower_cell)):
                 theta, leaving, leaving_on_q_side = flow[e], e, on_q_side
         for s in range(length_q):
             flow[path[s]] += -theta if s % 2 == 0 else theta
