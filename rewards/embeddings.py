@@ -124,8 +124,8 @@ class WordVectors:
     def _oov_table(self, oovs: list[list[str]]) -> tuple[_IdTable, int]:
         """Example b's k-th OOV word at row b * width + k; the last batch's table is reused (both
         sides and every reward of a batch share it)."""
-        width = max(map(len, oovs), default=0)
         lengths = tuple(map(len, oovs))  # guards against lists extended in place
+        width = max(lengths, default=0)
         last = self._last_oovs
         if last is None or last[0] is not oovs or last[1] != lengths:
             table = self._lookup([o[k] if k < len(o) else "" for o in oovs for k in range(width)])
