@@ -131,24 +131,26 @@ def without_shared_mass(a: np.ndarray, b: np.ndarray, cost: np.ndarray) -> tuple
 
 
 @njit(cache=True, nogil=True)
-def mover_similarities(hyp: tuple, ref: tuple, word_mass: float, sentence_mass: float, pairs: np.ndarray) -> np.ndarray:
-    """exp(-EMD) between the bags of hypothesis and reference i, for i in `pairs`; each side is (rows,
-    keep, sentence, table, extra) as in `TokenVectors`. 1 when both bags are empty, 0 when one is;
-    NaN where the solver did not converge."""
+def mover_similarities(hyp: tuple, ref: tuple, word_mass: float, sentence_mass: float, order: np.ndarray,
+                       claimed: np.ndarray, similarities: np.ndarray) -> None:
+    """similarities[i] = exp(-EMD) between the bags of hypothesis and reference i, for the pairs i in
+    `order` that no other thread has claimed (`claimed`, shared); each side is (rows, keep, sentence,
+    table, extra) as in `TokenVectors`. 1 when both bags are empty, 0 when one is; NaN where the
+    solver did not converge."""
     hyp_rows, hyp_keep, hyp_sentence, hyp_table, hyp_extra = hyp
     ref_rows, ref_keep, ref_sentence, ref_table, ref_extra = ref
-    similarities = np.empty(pairs.size)
-    for k in range(pairs.size):
-        i = pairs[k]
+    for i in order:
+        if claimed[i]:
+            continue
+        claimed[i] = True  # two threads claiming at once both solve the pair, to the same value
         x, a = document_bag(hyp_rows[i], hyp_keep[i], hyp_sentence[i], hyp_table, hyp_extra, word_mass, sentence_mass)
         y, b = document_bag(ref_rows[i], ref_keep[i], ref_sentence[i], ref_table, ref_extra, word_mass, sentence_mass)
         if a.size == 0 or b.size == 0:
-            similarities[k] = 1.0 if a.size == b.size else 0.0
+            similarities[i] = 1.0 if a.size == b.size else 0.0
             continue
         a, b, cost = without_shared_mass(a, b, euclidean_costs(x, y))
         distance = transport_cost(a, b, cost) if a.size and b.size else 0.0  # else: rounding's leftovers
-        similarities[k] = np.exp(-distance)
-    return similarities
+        similarities[i] = np.exp(-distance)
 
 
 @functools.lru_cache(maxsize=None)
@@ -158,21 +160,25 @@ def _thread_pool(threads: int) -> ThreadPoolExecutor:
 
 def batch_similarities(hyp: TokenVectors, ref: TokenVectors, word_mass: float, sentence_mass: float) -> np.ndarray:
     """`mover_similarities` [B] of every pair on torch.get_num_threads() threads, the caller's
-    included: thread t solves pairs t, t + threads, ... (interleaved, so that long and short
-    documents even out; dealing them by size did no better). The kernel releases the GIL. Own threads
-    rather than numba's parallel layer, whose OpenMP runtime is torch's: it changed torch's thread
-    count and left spinning threads behind."""
+    included. Thread t first solves its share, pairs t, t + threads, ... (interleaved, so that long
+    and short documents even out), then takes what is left of the others' shares from their ends:
+    a thread slowed down (a core shared with other jobs, a late start) is helped rather than waited
+    for. The kernel releases the GIL. Own threads rather than numba's parallel layer, whose OpenMP
+    runtime is torch's: it changed torch's thread count and left spinning threads behind."""
     sides, n = [hyp.arrays(), ref.arrays()], len(hyp.rows)
     threads = max(1, min(torch.get_num_threads(), n))
-    others = [_thread_pool(threads).submit(mover_similarities, *sides, word_mass, sentence_mass,
-                                           np.arange(t, n, threads))
-              for t in range(1, threads)]
-    similarities = np.empty(n)
-    similarities[0::threads] = mover_similarities(*sides, word_mass, sentence_mass, np.arange(0, n, threads))
-    for t, other in enumerate(others, 1):
+    shares = [np.arange(t, n, threads) for t in range(threads)]
+    orders = [np.concatenate([shares[t]] + [shares[(t + s) % threads][::-1] for s in range(1, threads)])
+              for t in range(threads)]
+    claimed, similarities = np.zeros(n, np.bool_), np.empty(n)
+    others = [_thread_pool(threads).submit(mover_similarities, *sides, word_mass, sentence_mass, order, claimed,
+                                           similarities)
+              for order in orders[1:]]
+    mover_similarities(*sides, word_mass, sentence_mass, orders[0], claimed, similarities)
+    for other in others:
         while not other.done():  # poll, not block: waking a blocked thread took ~30 us here, 5% of a batch
             time.sleep(0)  # lets the GIL go, which the worker needs to hand its result back
-        similarities[t::threads] = other.result()
+        other.result()
     return similarities
 
 

@@ -92,19 +92,21 @@ def test_matches_per_pair_pot_on_random_documents(reward_cls):
     assert 0.05 < np.mean(expected) < 0.95  # neither all-degenerate nor trivial
 
 
-def test_one_thread_and_two_threads_agree():
+@pytest.mark.parametrize("threads", [2, 3])
+def test_one_thread_and_several_threads_agree(threads):
+    # Threads share the batch and take over what is left of each other's shares.
     rng = random.Random(5)
     docs = [(random_document(rng), random_document(rng)) for _ in range(50)]
     hyps, refs = [[t for s in h for t in s] for h, _ in docs], [r for _, r in docs]
-    embeddings, threads = WordVectors.from_dict(TABLE), torch.get_num_threads()
+    embeddings, default = WordVectors.from_dict(TABLE), torch.get_num_threads()
     try:
         torch.set_num_threads(1)
         one = score(SentenceWordMoverSimilarity, embeddings, hyps, refs)
-        torch.set_num_threads(2)  # two slices of the batch, solved in parallel
-        two = score(SentenceWordMoverSimilarity, embeddings, hyps, refs)
-    finally:
         torch.set_num_threads(threads)
-    assert torch.equal(one, two)
+        several = score(SentenceWordMoverSimilarity, embeddings, hyps, refs)
+    finally:
+        torch.set_num_threads(default)
+    assert torch.equal(one, several)
 
 
 @pytest.mark.parametrize("reward_cls", MOVERS)
