@@ -9,7 +9,7 @@ thread count, all cores by default, as in training: the mover rewards solve slic
 parallel). Pairs/s are wall-clock medians of `--repeats` runs of the three, taken in turn so that
 all see the same machine load.
 
-    python scripts/bench_rewards.py [--pairs 1024] [--batch-size 64] [--threads 0] [--device cpu] [--alternatives]
+    python scripts/bench_rewards.py [--pairs 1024] [--batch-size 64] [--threads 0] [--repeats 5] [--device cpu] [--alternatives]
 """
 from __future__ import annotations
 
@@ -203,7 +203,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=0, help="threads of the second run of ours (0: torch's default)")
     parser.add_argument("--device", default="cpu", help="where the batches live (cuda: ids cross to the host)")
-    parser.add_argument("--repeats", type=int, default=3, help="timings are medians over this many runs")
+    parser.add_argument("--repeats", type=int, default=5, help="timings are medians over this many runs")
     parser.add_argument("--alternatives", action="store_true", help="also measure other EMD solvers")
     args = parser.parse_args()
     threads = args.threads or torch.get_num_threads()
