@@ -185,8 +185,9 @@ def transport_cost(a: np.ndarray, b: np.ndarray, cost: np.ndarray, dantzig_pivot
                 loses = length_p % 2 == 0
                 length_p += 1
                 y = edge_row[e] if y >= n else n + edge_col[e]
-            lower_cell = edge_row[e] * m + edge_col[e] < edge_row[leaving] * m + edge_col[leaving]
-            if loses and (flow[e] < theta or (bland and flow[e] == theta and lower_cell)):
+            bland_tie_break = bland and flow[e] == theta and (
+                edge_row[e] * m + edge_col[e] < edge_row[leaving] * m + edge_col[leaving])
+            if loses and (flow[e] < theta or bland_tie_break):
                 theta, leaving, leaving_on_q_side = flow[e], e, on_q_side
         for s in range(length_q):
             flow[path[s]] += -theta if s % 2 == 0 else theta

@@ -5,8 +5,8 @@ Pairs are See et al.'s pointer-generator summaries and the reference highlights 
 are built before, as in training; that one-off setup is reported apart). "Per pair" goes from text:
 rouge-score for ROUGE-L; Python bags, ot.dist(metric="euclidean") and ot.emd2 for the movers; it
 runs on one core, as such a loop does. Ours runs twice: on one thread, and on `--threads` (torch's
-thread count, all cores by default, as in training: the mover rewards solve slices of a batch in
-parallel). Pairs/s are wall-clock medians of `--repeats` runs of the three, taken in turn so that
+thread count, all cores by default, as in training: the mover rewards share a batch's pairs among
+threads). Pairs/s are wall-clock medians of `--repeats` runs of the three, taken in turn so that
 all see the same machine load.
 
     python scripts/bench_rewards.py [--pairs 1024] [--batch-size 64] [--threads 0] [--repeats 5] [--device cpu] [--alternatives]

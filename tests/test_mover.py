@@ -155,9 +155,7 @@ def test_degenerate_inputs_have_defined_values(reward_cls):
 
 
 def test_a_solve_that_did_not_converge_is_an_error_naming_its_rows(monkeypatch):
-    import rewards.mover
-
-    monkeypatch.setattr(rewards.mover, "batch_similarities", lambda *args: np.array([0.5, np.nan, 0.2]))
+    monkeypatch.setattr("rewards.mover.batch_similarities", lambda *args: np.array([0.5, np.nan, 0.2]))
     with pytest.raises(RuntimeError, match=r"wms: the transport simplex did not converge for batch rows \[1\]"):
         score(WordMoverSimilarity, WordVectors.from_dict(PLANE), [["cat"]] * 3, [[["dog"]]] * 3)
 
