@@ -2,7 +2,7 @@
 a metric (the mover's similarities with exact EMD). Independent of the reward a model trained with."""
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 from rouge_score import rouge_scorer
@@ -49,13 +49,14 @@ TABLE_COLUMNS = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L", 
                  "wms": "WMS", "sms": "SMS", "s_wms": "S+WMS"}
 
 
-def results_table(results: Mapping[str, Mapping[str, float]]) -> str:
-    """A markdown table, one row per run: ROUGE ×100, mover's metrics ×1000, then any other metric."""
+def results_table(results: Mapping[str, Mapping[str, Any]], cell: Callable[[Any], str] = "{:.2f}".format) -> str:
+    """A markdown table, one row per run: ROUGE ×100, mover's metrics ×1000, then any other metric;
+    `cell` formats each value (a mean by default)."""
     keys = [k for k in TABLE_COLUMNS if any(k in r for r in results.values())]
     keys += sorted({k for r in results.values() for k in r} - set(keys) - {"n"})
     header = "| model | " + " | ".join(TABLE_COLUMNS.get(k, k) for k in keys) + " |"
     lines = [header, "|" + "---|" * (len(keys) + 1)]
     for name, row in results.items():
-        cells = [f"{row[k]:.2f}" if k in row else "-" for k in keys]
+        cells = [cell(row[k]) if k in row else "-" for k in keys]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

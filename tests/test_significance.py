@@ -1,0 +1,206 @@
+"""trainer/significance.py (paired bootstrap intervals) against hand-computed cases and scipy, and
+scripts/table4.py's difference-from-MLE table on hand-made run directories."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from test_scripts import load_script, write_jsonl
+from trainer.significance import Interval, compare_to_baseline, paired_bootstrap
+
+
+# ---------------------------------------------------------------- paired_bootstrap
+
+@pytest.mark.parametrize("c", [0.0, 1.5, -0.25, 3.0])
+def test_constant_deltas_give_a_point_interval(c):
+    # Every resample of n copies of c has mean c (exactly: these sums are exact in binary floating point).
+    interval = paired_bootstrap(np.full(40, c))
+    assert (interval.mean, interval.low, interval.high) == (c, c, c)
+    assert interval.significant == (c != 0)
+
+
+def test_symmetric_deltas_are_not_significant():
+    # The resampled mean is (2k − 100)/100 with k ~ Binomial(100, 1/2): sd 0.1, so the 95% interval is
+    # about ±1.96 · 0.1.
+    interval = paired_bootstrap(np.array([-1.0, 1.0] * 50))
+    assert interval.mean == 0 and interval.low < 0 < interval.high and not interval.significant
+    assert interval.low == pytest.approx(-0.196, abs=0.03) and interval.high == pytest.approx(0.196, abs=0.03)
+
+
+def test_significant_means_excludes_zero():
+    assert Interval(1.0, 0.1, 2.0).significant and Interval(-1.0, -2.0, -0.1).significant
+    assert not Interval(0.5, 0.0, 1.0).significant and not Interval(0.0, -1.0, 1.0).significant
+
+
+def monte_carlo_se(deltas: np.ndarray, resamples: int, q: float = 0.025) -> float:
+    """Standard error of a bootstrap percentile estimated from `resamples` draws: sqrt(q(1−q)/B) / f(x_q),
+    with f the density of the resampled means, about Normal(mean, s/√n)."""
+    sd = deltas.std() / math.sqrt(deltas.size)
+    density = stats.norm.pdf(stats.norm.ppf(q)) / sd
+    return math.sqrt(q * (1 - q) / resamples) / density
+
+
+@pytest.mark.parametrize("resamples", [1000, 20000])
+def test_agrees_with_scipy_percentile_bootstrap(resamples):
+    deltas = np.random.default_rng(7).normal(0.3, 1.0, size=200)
+    reference = stats.bootstrap((deltas,), np.mean, method="percentile", confidence_level=0.95,
+                                n_resamples=20000, rng=np.random.default_rng(1)).confidence_interval
+    ours = paired_bootstrap(deltas, resamples=resamples)
+    # Both are Monte Carlo estimates of the same percentiles from independent streams: allow 4 standard
+    # errors of their difference (0.025 at 1,000 resamples, 0.0075 at 20,000; the interval is ±0.14 wide).
+    tolerance = 4 * math.hypot(monte_carlo_se(deltas, resamples), monte_carlo_se(deltas, 20000))
+    assert ours.mean == pytest.approx(deltas.mean())
+    assert ours.low == pytest.approx(reference.low, abs=tolerance)
+    assert ours.high == pytest.approx(reference.high, abs=tolerance)
+
+
+def test_seed_reproduces_the_interval():
+    deltas = np.random.default_rng(3).normal(0.1, 1.0, size=200)
+    first = paired_bootstrap(deltas, seed=5)
+    assert paired_bootstrap(deltas, seed=5) == first
+    other = paired_bootstrap(deltas, seed=6)
+    assert other != first and other.mean == first.mean
+    tolerance = 4 * math.sqrt(2) * monte_carlo_se(deltas, 1000)
+    assert other.low == pytest.approx(first.low, abs=tolerance) and other.high == pytest.approx(first.high, abs=tolerance)
+
+
+# ---------------------------------------------------------------- compare_to_baseline
+
+def scores_by_id(values: np.ndarray) -> dict[str, dict[str, float]]:
+    return {f"a{i:03d}": {"m": float(v)} for i, v in enumerate(values)}
+
+
+def shuffled(scores: dict, seed: int) -> dict:
+    ids = list(scores)
+    np.random.default_rng(seed).shuffle(ids)
+    return {i: scores[i] for i in ids}
+
+
+def test_articles_are_paired_by_id_not_by_position():
+    # The row scores each article exactly 2 above the baseline; listed in another order, a pairing by
+    # position would see noise, a pairing by id sees exactly +2 in every resample.
+    base = np.random.default_rng(0).normal(size=100)
+    per_article = {"mle": scores_by_id(base), "row": shuffled(scores_by_id(base + 2.0), 1)}
+    interval = compare_to_baseline(per_article, "mle", ["m"])["row"]["m"]
+    assert (interval.mean, interval.low, interval.high) == pytest.approx((2.0, 2.0, 2.0), abs=1e-12)
+
+
+def test_row_order_does_not_change_the_interval():
+    rng = np.random.default_rng(2)
+    base, row = rng.normal(size=150), rng.normal(0.2, 1.0, size=150)
+    per_article = {"mle": scores_by_id(base), "row": scores_by_id(row)}
+    expected = paired_bootstrap(row - base)
+    assert compare_to_baseline(per_article, "mle", ["m"])["row"]["m"] == expected
+    per_article = {"mle": shuffled(per_article["mle"], 3), "row": shuffled(per_article["row"], 4)}
+    assert compare_to_baseline(per_article, "mle", ["m"])["row"]["m"] == expected
+
+
+def test_mismatched_article_ids_raise():
+    base = scores_by_id(np.zeros(10))
+    row = {k: v for k, v in base.items() if k not in ("a000", "a001")} | {"extra": {"m": 1.0}}
+    with pytest.raises(ValueError, match=r"'row': 3 article ids differ .*2 only in 'mle'"):
+        compare_to_baseline({"mle": base, "row": row}, "mle", ["m"])
+
+
+# ---------------------------------------------------------------- table4.py
+
+WORDS = ("river bridge mountain forest village market teacher doctor garden winter summer harbor castle island "
+         "valley desert engine window library museum station kitchen soldier farmer painter singer").split()
+UNRELATED = "stocks fell sharply after the bank raised interest rates".split()
+
+
+def write_run(root: Path, run_name: str, summaries: list[str], references: list[str]) -> None:
+    run = root / run_name
+    run.mkdir()
+    (run / "config.yaml").write_text(f"run_name: {run_name}\n")
+    write_jsonl(run / "summaries.jsonl", [{"id": f"art-{i:02d}", "summary": s, "reference": r, "scores": {}}
+                                          for i, (s, r) in enumerate(zip(summaries, references))])
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory):
+    """Hand-made runs on 30 articles, against MLE (half of each reference right): ROUGE-L run perfect on
+    every article, WMS run identical, SMS run perfect on one article only, S+WMS run unrelated on every
+    article, and a run with a name table4 does not know, perfect everywhere. Ids are listed in reverse
+    order in one run, to be paired by id."""
+    root = tmp_path_factory.mktemp("grid")
+    rng = np.random.default_rng(0)
+    references = [" ".join(rng.choice(WORDS, size=6, replace=False)) + " ." for _ in range(30)]
+    mle = [" ".join(r.split()[:3] + UNRELATED[:3]) + " ." for r in references]
+    write_run(root, "mle", mle, references)
+    write_run(root, "rouge_l", references, references)
+    write_run(root, "wms", mle, references)
+    write_run(root, "sms", [references[0], *mle[1:]], references)
+    write_run(root, "s_wms", [" ".join(UNRELATED) + " ."] * 30, references)
+    write_run(root, "custom", references, references)
+    lines = (root / "custom" / "summaries.jsonl").read_text().splitlines()
+    (root / "custom" / "summaries.jsonl").write_text("\n".join(reversed(lines)) + "\n")
+    return root
+
+
+SIGNIFICANT = {"Mixed w/ ROUGE-L": True, "Mixed w/ WMS": False, "Mixed w/ SMS": False, "Mixed w/ S+WMS": True,
+               "custom": True}
+
+
+def test_table4_marks_exactly_the_rows_that_differ(grid, capsys):
+    load_script("table4").main([str(grid), "--metrics", "wms", "sms", "--out", str(grid)])
+    printed = capsys.readouterr().out
+    report = (grid / "table4.md").read_text()
+    assert printed.strip() == report.strip()
+    means_table, differences = report.split("Difference from MLE+Pgen (no reward):")
+    assert "| MLE+Pgen (no reward) | " in means_table and "| MLE+Pgen (no reward) | " not in differences
+    assert "paired bootstrap over 30 test articles, 1,000 resamples, seed 0, 95% percentile intervals; " \
+           "* = interval excludes 0" in differences
+    rows = {line.split(" | ")[0][2:]: line.strip("| ").split(" | ")[1:]
+            for line in differences.splitlines() if line.startswith("| ") and "---" not in line}
+    assert set(rows) == set(SIGNIFICANT) | {"model"}
+    assert rows["model"] == ["ROUGE-1", "ROUGE-2", "ROUGE-L", "ROUGE-Lsum", "WMS", "SMS"]
+    for model, significant in SIGNIFICANT.items():
+        assert [cell.endswith("*") for cell in rows[model]] == [significant] * 6, model
+    assert set(rows["Mixed w/ WMS"]) == {"+0.00 [+0.00, +0.00]"}
+    assert all(cell.startswith("-") for cell in rows["Mixed w/ S+WMS"])
+
+    # The diagonal: each known reward row on its own metric (S+WMS was not computed, custom has none).
+    diagonal = [line for line in differences.splitlines() if line.startswith("- ")]
+    assert [line.split(":")[0] for line in diagonal] == ["- Mixed w/ ROUGE-L on ROUGE-L", "- Mixed w/ WMS on WMS",
+                                                         "- Mixed w/ SMS on SMS"]
+    assert diagonal[0].endswith(") significant") and diagonal[1].endswith(") not significant")
+    assert diagonal[2].endswith(") not significant")
+
+    table = json.loads((grid / "table4.json").read_text())
+    lines = list(csv.DictReader((grid / "table4.csv").open()))
+    assert len(lines) == 6 * 6
+    for line in lines:
+        model, metric = line["model"], line["metric"]
+        assert float(line["mean"]) == pytest.approx(table[model][metric]) and line["n"] == "30"
+        if model == "MLE+Pgen (no reward)":
+            assert line["delta"] == line["significant"] == "" and "vs_mle" not in table[model]
+        else:
+            assert line["significant"] == str(SIGNIFICANT[model])
+            delta = table[model][metric] - table["MLE+Pgen (no reward)"][metric]
+            assert float(line["delta"]) == pytest.approx(delta, abs=1e-9)
+            assert float(line["low"]) <= float(line["delta"]) <= float(line["high"])
+            assert table[model]["vs_mle"][metric]["significant"] == SIGNIFICANT[model]
+    assert (grid / "table4_diff.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_table4_without_mle_prints_means_only(grid, tmp_path, capsys):
+    load_script("table4").main([str(grid / "wms"), str(grid / "sms"), "--metrics", "--out", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert "| Mixed w/ WMS | " in captured.out and "Difference" not in captured.out
+    assert "no intervals were computed" in captured.err
+    lines = list(csv.DictReader((tmp_path / "table4.csv").open()))
+    assert len(lines) == 2 * 4 and all(line["delta"] == "" for line in lines)
+    assert not (tmp_path / "table4_diff.png").exists()
+
+
+def test_table4_refuses_runs_on_different_articles(grid, tmp_path):
+    write_run(tmp_path, "mle", ["a b ."] * 3, ["a b ."] * 3)
+    with pytest.raises(SystemExit, match=r"'Mixed w/ WMS': 27 article ids differ"):
+        load_script("table4").main([str(tmp_path / "mle"), str(grid / "wms"), "--metrics", "--out", str(tmp_path)])
