@@ -91,18 +91,28 @@ def sample(model: PointerGenerator, batch: Batch, max_len: int = 100, enc: Encod
     return _decode(model, enc if enc is not None else model.encode(batch), max_len, _multinomial(generator))
 
 
+def rollout_rows(n_articles: int, samples: int, with_greedy: bool) -> list[int]:
+    """The article behind each row of `sample_and_greedy`: article i's draws at rows i·k … i·k + k − 1, then
+    (with the greedy baseline) its greedy decode at row n·k + i."""
+    rows = [i for i in range(n_articles) for _ in range(samples)]
+    return rows + list(range(n_articles)) if with_greedy else rows
+
+
 def sample_and_greedy(model: PointerGenerator, batch: Batch, max_len: int = 100, enc: EncoderOutput | None = None,
-                      generator: torch.Generator | None = None) -> tuple[Decoded, Decoded]:
-    """A sample ŷ and the greedy baseline ỹ in one decode of 2B rows, without gradient (self-critical
-    training re-scores ŷ with `model.teacher_forced`). Dropout follows the model's train/eval mode, which
-    the caller sets; in train mode the greedy half differs from `greedy` in eval mode."""
+                      generator: torch.Generator | None = None, samples: int = 1,
+                      with_greedy: bool = True) -> Decoded:
+    """`samples` draws ŷ per article and, `with_greedy`, the greedy baseline ỹ, in one decode without gradient
+    (self-critical training re-scores ŷ with `model.teacher_forced`); rows as `rollout_rows` lays them out.
+    Dropout follows the model's train/eval mode, which the caller sets; in train mode the greedy rows differ
+    from `greedy` in eval mode."""
     with torch.no_grad():
         enc = enc if enc is not None else model.encode(batch)
         B = enc.src_ext.size(0)
+        n_drawn = B * samples
         sampler = _multinomial(generator)
-        both = _decode(model, enc.index_select(torch.arange(B, device=enc.src_ext.device).repeat(2)), max_len,
-                       lambda probs: torch.cat([sampler(probs[:B]), _argmax(probs[B:])]))
-    return both.rows(slice(0, B)), both.rows(slice(B, 2 * B))
+        rows = torch.tensor(rollout_rows(B, samples, with_greedy), device=enc.src_ext.device)
+        return _decode(model, enc.index_select(rows), max_len,
+                       lambda probs: torch.cat([sampler(probs[:n_drawn]), _argmax(probs[n_drawn:])]))
 
 
 def _repeated_trigrams(history: Tensor, size: int) -> Tensor:

@@ -5,7 +5,8 @@ import pytest
 import torch
 from rouge_score import rouge_scorer
 
-from models.decoding import Decoded, beam_search, greedy, sample, sample_and_greedy, sample_categorical
+from models.decoding import (Decoded, beam_search, greedy, rollout_rows, sample, sample_and_greedy,
+                             sample_categorical)
 from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
 from trainer.batch import Batch, Example, collate
 from trainer.vocab import Vocabulary
@@ -177,10 +178,11 @@ def test_untrained_decodes_run_to_max_len_and_are_masked(untrained):
     model, batch = untrained
     with torch.no_grad():
         outs = [greedy(model, batch, max_len=7), sample(model, batch, 7, generator=torch.Generator().manual_seed(0)),
-                *sample_and_greedy(model, batch, 7, generator=torch.Generator().manual_seed(0))]
+                sample_and_greedy(model, batch, 7, generator=torch.Generator().manual_seed(0), samples=3)]
     outs.append(beam_search(model, batch, beam_size=3, max_len=7, min_len=2))
     for out in outs:
-        assert_well_formed(model, batch, out, max_len=7)
+        assert_well_formed(model, batch.index_select(rollout_rows(len(batch), 3, True)) if len(out.lengths) > len(batch)
+                           else batch, out, max_len=7)
 
 
 def test_trained_decodes_stop_at_eos_and_are_masked(toy):
@@ -188,7 +190,8 @@ def test_trained_decodes_stop_at_eos_and_are_masked(toy):
     batch = batches[0]
     with torch.no_grad():
         g = greedy(model, batch, max_len=30)
-        s, sg = sample_and_greedy(model, batch, 30, generator=torch.Generator().manual_seed(0))
+        both = sample_and_greedy(model, batch, 30, generator=torch.Generator().manual_seed(0))
+        s, sg = both.rows(slice(0, len(batch))), both.rows(slice(len(batch), None))
     b = beam_search(model, batch, beam_size=4, max_len=30, min_len=0)
     long = beam_search(model, batch, beam_size=4, max_len=30, min_len=12)  # longer than the references
     for out in (g, s, sg, b, long):
@@ -211,7 +214,8 @@ def test_sampling_is_reproducible_and_keeps_grad(untrained):
 def test_sample_and_greedy_halves(untrained):
     model, batch = untrained
     gen = torch.Generator().manual_seed(5)
-    s, g = sample_and_greedy(model, batch, 10, generator=gen)
+    both = sample_and_greedy(model, batch, 10, generator=gen)
+    s, g = both.rows(slice(0, len(batch))), both.rows(slice(len(batch), None))
     with torch.no_grad():
         reference = greedy(model, batch, 10)
     assert torch.equal(g.ids, reference.ids) and torch.equal(g.lengths, reference.lengths)
@@ -268,7 +272,7 @@ def test_decoders_stay_on_cuda(untrained):
     model, batch = model.cuda(), batch.to("cuda")
     with torch.no_grad():
         outs = [greedy(model, batch, 8), sample(model, batch, 8, generator=torch.Generator("cuda").manual_seed(0)),
-                *sample_and_greedy(model, batch, 8, generator=torch.Generator("cuda").manual_seed(0))]
+                sample_and_greedy(model, batch, 8, generator=torch.Generator("cuda").manual_seed(0))]
     outs.append(beam_search(model, batch, beam_size=3, max_len=8, min_len=2, block_trigrams=True))
     for out in outs:
         assert out.ids.is_cuda and out.log_probs.is_cuda and out.lengths.is_cuda

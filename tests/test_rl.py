@@ -1,8 +1,12 @@
 """Self-critical training: the loss sign and masking, the no-grad baseline, and the mixed step."""
+import pytest
 import torch
 
+from models.decoding import rollout_rows, sample_and_greedy
 from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
+from rewards.base import RewardInput
 from rewards.rouge import RougeL
+from trainer.baselines import GreedyBaseline, LeaveOneOut
 from trainer.batch import Example, collate
 from trainer.module import SummarizationModule, self_critical_loss
 from trainer.schedules import Constant
@@ -62,3 +66,102 @@ def test_examples_without_reference_get_no_reward_based_gradient():
     batch.target_mask[:] = False
     loss = module.training_step(batch, 0)
     assert loss.item() == 0.0
+
+
+def test_baselines_by_hand():
+    rewards = torch.tensor([[1.0, 2.0, 3.0, 6.0], [0.0, 0.0, 4.0, 0.0]])
+    # leave-one-out: the mean of the other three samples of the same article
+    expected = torch.tensor([[11 / 3, 10 / 3, 3.0, 2.0], [4 / 3, 4 / 3, 0.0, 4 / 3]])
+    torch.testing.assert_close(LeaveOneOut(4)(rewards, None), expected)
+    torch.testing.assert_close(GreedyBaseline()(rewards, torch.tensor([0.5, 2.0])),
+                               torch.tensor([[0.5] * 4, [2.0] * 4]))
+
+
+def replayed_loss(module, batch, seed, k, baseline):
+    """The mixed loss recomputed outside the module from the same draws (same seed): decode, reward each row,
+    baseline by hand, then γ·mean_i mean_j −(r_ij − b_ij)·Σ_t log p(ŷ_ij,t) + (1 − γ)·MLE."""
+    B, model = len(batch), module.model
+    torch.manual_seed(seed)
+    enc = model.encode(batch)
+    model.eval()
+    decoded = sample_and_greedy(model, batch, module.rl_max_len, enc=enc, samples=k,
+                                with_greedy=baseline == "greedy")
+    model.train()
+    rows = rollout_rows(B, k, baseline == "greedy")
+    rollouts = batch.index_select(rows)
+    rewards = module.reward(RewardInput.from_decoded(decoded.ids, decoded.lengths, rollouts, module.vocab))
+    rewards = torch.where(rollouts.has_reference, rewards, 0.0)
+    terms = []
+    for i in range(B):
+        samples = [rewards[i * k + j].item() for j in range(k)]
+        for j in range(k):
+            if baseline == "greedy":
+                b = rewards[B * k + i].item()
+            else:
+                b = (sum(samples) - samples[j]) / (k - 1)
+            row = decoded.rows(slice(i * k + j, i * k + j + 1))
+            one = batch.index_select([i])
+            log_p = model.teacher_forced(model.encode(one), module._feed(row.ids), row.ids).log_probs
+            terms.append(-(samples[j] - b) * log_p[0, : row.lengths[0]].sum())
+    rl = torch.stack(terms).mean()
+    gamma = module.gamma(0)
+    return gamma * rl + (1 - gamma) * model.mle_loss(batch)["loss"]
+
+
+@pytest.mark.parametrize("k, baseline", [(1, "greedy"), (3, "greedy"), (3, "leave_one_out")])
+def test_mixed_loss_with_k_samples_matches_the_replayed_formula(k, baseline):
+    module, batch = tiny_module(gamma=0.7)
+    module.samples = k
+    module.baseline = GreedyBaseline() if baseline == "greedy" else LeaveOneOut(k)
+    torch.manual_seed(11)
+    loss = module.training_step(batch, 0)
+    torch.testing.assert_close(loss, replayed_loss(module, batch, 11, k, baseline), atol=1e-5, rtol=1e-5)
+
+
+def test_k1_greedy_equals_the_self_critical_loss():
+    # today's loss: one sample and its greedy baseline per article, self_critical_loss on the decode's halves
+    module, batch = tiny_module(gamma=0.7)
+    B = len(batch)
+    torch.manual_seed(5)
+    loss = module.training_step(batch, 0)
+    torch.manual_seed(5)
+    enc = module.model.encode(batch)
+    module.model.eval()
+    both = sample_and_greedy(module.model, batch, module.rl_max_len, enc=enc)
+    module.model.train()
+    s, g = both.rows(slice(0, B)), both.rows(slice(B, None))
+    reward = lambda d: torch.where(batch.has_reference,  # noqa: E731
+                                   module.reward(RewardInput.from_decoded(d.ids, d.lengths, batch, module.vocab)), 0.0)
+    log_p = module.model.teacher_forced(enc, module._feed(s.ids), s.ids).log_probs
+    rl = self_critical_loss(log_p, s.lengths, reward(s), reward(g))
+    expected = 0.7 * rl.mean() + 0.3 * module.model.mle_loss(batch, enc=enc)["loss"]
+    torch.testing.assert_close(loss, expected, atol=1e-6, rtol=1e-6)
+
+
+class NaNWithoutReference:
+    """A reference-based reward that, like a careless metric, returns NaN where there is no reference."""
+
+    name, needs_reference = "nan_without_reference", True
+
+    def __call__(self, inputs: RewardInput) -> torch.Tensor:
+        scores = RougeL()(inputs)
+        return torch.where(inputs.has_reference, scores, torch.nan)
+
+
+def test_rows_without_reference_get_zero_reward_even_when_it_is_nan():
+    module, batch = tiny_module(reward=NaNWithoutReference(), gamma=1.0)
+    assert not batch.has_reference.all() and batch.has_reference.any()
+    torch.manual_seed(3)
+    loss = module.training_step(batch, 0)
+    assert torch.isfinite(loss)
+    module.reward = RougeL()
+    torch.manual_seed(3)
+    torch.testing.assert_close(loss, module.training_step(batch, 0))
+
+
+def test_batch_index_select_repeats_rows_and_lists():
+    _, batch = tiny_module()
+    picked = batch.index_select([2, 2, 0])
+    assert picked.ids == ["2", "2", "0"] and picked.references[0] == batch.references[2]
+    assert torch.equal(picked.ref[1], batch.ref[2]) and torch.equal(picked.src_ext[2], batch.src_ext[0])
+    assert picked.n_copy_oovs == batch.n_copy_oovs and len(picked) == 3

@@ -68,6 +68,18 @@ class Batch:
                  for f in fields(self) if isinstance(getattr(self, f.name), Tensor)}
         return replace(self, **moved)
 
+    def index_select(self, rows: list[int]) -> "Batch":
+        """The examples at `rows`, repeats allowed (k samples per article); the extended vocabulary is kept."""
+        index = torch.tensor(rows, dtype=torch.long, device=self.device)
+        picked = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Tensor):
+                picked[f.name] = value.index_select(0, index)
+            elif isinstance(value, list):
+                picked[f.name] = [value[i] for i in rows]
+        return replace(self, **picked)
+
 
 def _pad(rows: list[list[int]], value: int, min_len: int = 1) -> Tensor:
     width = max([len(r) for r in rows] + [min_len])

@@ -11,9 +11,10 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from models.decoding import Decoded, beam_search, greedy, sample_and_greedy
+from models.decoding import Decoded, beam_search, greedy, rollout_rows, sample_and_greedy
 from rewards.base import Reward, RewardInput
 from rewards.rouge import RougeL
+from trainer.baselines import Baseline, GreedyBaseline
 from trainer.batch import Batch
 from trainer.diagnostics import novel_ngram_rate, repeated_ngram_rate
 from trainer.evaluate import as_text, evaluate
@@ -23,8 +24,8 @@ from trainer.vocab import Vocabulary, split_at_sentence_ends
 
 def self_critical_loss(sample_log_probs: Tensor, sample_lengths: Tensor, sample_reward: Tensor,
                        baseline_reward: Tensor, length_normalize: bool = False) -> Tensor:
-    """−(r(ŷ) − r(ỹ))·Σ_t log p(ŷ_t) per example, summed over the sample up to and including its
-    first </s> (`sample_lengths`), with one greedy baseline per example. Returns [B]."""
+    """−(r(ŷ) − b)·Σ_t log p(ŷ_t) per sample, summed over the sample up to and including its first </s>
+    (`sample_lengths`), with one baseline b per sample (the greedy decode's reward: self-critical). Returns [N]."""
     steps = torch.arange(sample_log_probs.size(1), device=sample_log_probs.device)[None]
     mask = steps < sample_lengths[:, None]
     sequence = (sample_log_probs * mask).sum(1)
@@ -38,12 +39,15 @@ class SummarizationModule(pl.LightningModule):
 
     def __init__(self, model: torch.nn.Module, vocab: Vocabulary, optimizer: Callable[..., torch.optim.Optimizer],
                  reward: Reward | None = None, gamma: Callable[[int], float] | None = None,
-                 rl_max_len: int = 100, length_normalize: bool = False, val_max_len: int = 100,
+                 samples: int = 1, baseline: Baseline | None = None, rl_max_len: int = 100, length_normalize: bool = False, val_max_len: int = 100,
                  beam: dict[str, Any] | None = None, metrics: dict[str, Reward] | None = None,
                  output_dir: str = "."):
         super().__init__()
         self.model, self.vocab, self.optimizer_factory = model, vocab, optimizer
         self.reward, self.gamma = reward, gamma or Constant(0.0)
+        if samples < 1:
+            raise ValueError(f"rl.samples must be at least 1, got {samples}")
+        self.samples, self.baseline = samples, baseline or GreedyBaseline()
         self.rl_max_len, self.length_normalize, self.val_max_len = rl_max_len, length_normalize, val_max_len
         self.beam = dict(beam or {})
         self.metrics = dict(metrics or {})
@@ -65,35 +69,44 @@ class SummarizationModule(pl.LightningModule):
 
     def _mixed_step(self, batch: Batch, enc: Any) -> Tensor:
         gamma = self.gamma(self.global_step)
+        B, k, with_greedy = len(batch), self.samples, self.baseline.needs_greedy
         start = time.perf_counter()
-        # The baseline decodes in test-time mode (no dropout); both decodes share one batched loop.
+        # The baseline decodes in test-time mode (no dropout); k samples and the greedy rows share one batched loop.
         self.model.eval()
-        sampled, greedy_out = sample_and_greedy(self.model, batch, self.rl_max_len, enc=enc)
+        decoded = sample_and_greedy(self.model, batch, self.rl_max_len, enc=enc, samples=k, with_greedy=with_greedy)
         self.model.train()
         decode_end = time.perf_counter()
-        with torch.no_grad():
-            r_sample = self.reward(RewardInput.from_decoded(sampled.ids, sampled.lengths, batch, self.vocab))
-            r_greedy = self.reward(RewardInput.from_decoded(greedy_out.ids, greedy_out.lengths, batch, self.vocab))
-        if self.reward.needs_reference:  # no reference, no reward signal
-            r_sample, r_greedy = r_sample * batch.has_reference, r_greedy * batch.has_reference
+        rows = rollout_rows(B, k, with_greedy)
+        rollouts = batch.index_select(rows)
+        with torch.no_grad():  # one reward call scores the samples and the greedy rows together
+            rewards = self.reward(RewardInput.from_decoded(decoded.ids, decoded.lengths, rollouts, self.vocab))
+        if self.reward.needs_reference:  # no reference, no reward signal (where, not a product: NaN·0 is NaN)
+            rewards = torch.where(rollouts.has_reference, rewards, torch.zeros_like(rewards))
         reward_seconds = time.perf_counter() - decode_end
-        # log p(ŷ) with gradient: a teacher-forced pass over the sample, one output projection for all steps.
+        r_sample = rewards[: B * k].view(B, k)
+        baseline = self.baseline(r_sample, rewards[B * k:] if with_greedy else None)
+        # log p(ŷ) with gradient: a teacher-forced pass over the samples, one output projection for all steps.
         mle = self.model.mle_loss(batch, enc=enc)
-        sample_log_probs = self.model.teacher_forced(enc, self._feed(sampled.ids), sampled.ids).log_probs
-        rl = self_critical_loss(sample_log_probs, sampled.lengths, r_sample, r_greedy, self.length_normalize)
+        sampled = decoded.rows(slice(0, B * k))
+        sample_enc = enc if k == 1 else enc.index_select(torch.tensor(rows[: B * k], device=batch.device))
+        sample_log_probs = self.model.teacher_forced(sample_enc, self._feed(sampled.ids), sampled.ids).log_probs
+        rl = self_critical_loss(sample_log_probs, sampled.lengths, r_sample.flatten(), baseline.flatten(),
+                                self.length_normalize).view(B, k).mean(1)
         loss = gamma * rl.mean() + (1 - gamma) * mle["loss"] if batch.has_reference.any() else rl.mean()
-        advantage = r_sample - r_greedy
+        advantage = r_sample - baseline
         base = len(self.vocab) + batch.n_copy_oovs
-        src_lengths = batch.src_mask.sum(1)
+        src_lengths = rollouts.src_mask[: B * k].sum(1)
+        greedy_reward = {"reward_greedy": rewards[B * k:].mean()} if with_greedy else {}
         self._log_train({
             "loss": loss, "nll": mle["nll"], "rl_loss": rl.mean(), "gamma": gamma,
-            "reward_sample": r_sample.mean(), "reward_greedy": r_greedy.mean(),
-            "advantage_mean": advantage.mean(), "advantage_std": advantage.std() if len(batch) > 1 else 0.0,
+            "reward_sample": r_sample.mean(), **greedy_reward,
+            "advantage_mean": advantage.mean(), "advantage_std": advantage.std() if advantage.numel() > 1 else 0.0,
             "sample_length": sampled.lengths.float().mean(),
             "repeated_trigrams": repeated_ngram_rate(sampled.ids, sampled.lengths, base),
-            "novel_trigrams": novel_ngram_rate(sampled.ids, sampled.lengths, batch.src_ext, src_lengths, base),
+            "novel_trigrams": novel_ngram_rate(sampled.ids, sampled.lengths, rollouts.src_ext[: B * k], src_lengths,
+                                               base),
             "reward_time_share": reward_seconds / max(time.perf_counter() - start, 1e-9),
-        }, len(batch))
+        }, B)
         return loss
 
     def _feed(self, ids: Tensor) -> Tensor:
@@ -111,11 +124,15 @@ class SummarizationModule(pl.LightningModule):
         out = self.model.mle_loss(batch)
         decoded = greedy(self.model, batch, self.val_max_len)
         inputs = RewardInput.from_decoded(decoded.ids, decoded.lengths, batch, self.vocab)
-        # sync_dist: under DDP the checkpoint monitor must see the mean over all ranks, not rank 0's share
-        self.log("val/loss", out["loss"], batch_size=len(batch), prog_bar=True, sync_dist=True)
-        self.log("val/rouge_l", self.rouge_l(inputs).mean(), batch_size=len(batch), prog_bar=True, sync_dist=True)
+        values = {"loss": out["loss"], "rouge_l": self.rouge_l(inputs).mean(),
+                  "length": inputs.hyp_lens.float().mean(),
+                  "repeated_trigrams": repeated_ngram_rate(decoded.ids, decoded.lengths,
+                                                           len(self.vocab) + batch.n_copy_oovs)}
         if self.reward is not None:
-            self.log("val/reward", self.reward(inputs).mean(), batch_size=len(batch), prog_bar=True, sync_dist=True)
+            values["reward"] = self.reward(inputs).mean()
+        for key, value in values.items():
+            # sync_dist: under DDP the checkpoint monitor must see the mean over all ranks, not rank 0's share
+            self.log(f"val/{key}", value, batch_size=len(batch), prog_bar=key in ("loss", "reward"), sync_dist=True)
 
     # ---------------------------------------------------------------- test
     def test_step(self, batch: Batch, batch_idx: int) -> None:
