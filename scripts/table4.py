@@ -6,25 +6,37 @@
 Each run is a directory with `config.yaml` and `checkpoints/`. A run whose test split has not been
 decoded yet is decoded now with beam search from its best checkpoint. Every run is then scored with the
 same metrics (ROUGE from rouge-score; the mover's metrics with exact EMD), whatever it trained with.
+
+Every other row is compared with the MLE row article by article: a paired bootstrap over the test
+articles gives each difference a 95% percentile interval. Writes table4.md (printed too), table4.csv,
+table4.json and table4_diff.png.
 """
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import sys
 from pathlib import Path
 
+from matplotlib.figure import Figure
 from omegaconf import OmegaConf
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from rewards.scoring import compose_rewards  # noqa: E402
-from trainer.evaluate import evaluate, results_table  # noqa: E402
+from trainer.callbacks import plot_curves  # noqa: E402
+from trainer.evaluate import TABLE_COLUMNS, evaluate, results_table  # noqa: E402
+from trainer.significance import Interval, compare_to_baseline  # noqa: E402
 from trainer.vocab import split_at_sentence_ends  # noqa: E402
 
 ROW_NAMES = {"mle": "MLE+Pgen (no reward)", "rouge_l": "Mixed w/ ROUGE-L", "wms": "Mixed w/ WMS",
              "sms": "Mixed w/ SMS", "s_wms": "Mixed w/ S+WMS"}
+# The metric each reward run optimised: Table 4's diagonal compares it with the MLE row's.
+OWN_METRIC = {"rouge_l": "rougeL", "wms": "wms", "sms": "sms", "s_wms": "s_wms"}
+BASELINE = ROW_NAMES["mle"]
+LEVEL = 0.95
 
 
 def find_runs(paths: list[Path]) -> list[Path]:
@@ -59,12 +71,97 @@ def decode_test_split(run: Path) -> None:
     train_run(cfg)
 
 
-def score_run(run: Path, metrics: dict) -> dict[str, float]:
-    rows = [json.loads(line) for line in (run / "summaries.jsonl").open(encoding="utf-8")]
+def score_run(run: Path, metrics: dict) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """The run's means (and `n`), and its scores per article id."""
+    path = run / "summaries.jsonl"
+    rows = [json.loads(line) for line in path.open(encoding="utf-8")]
     hyps = [split_at_sentence_ends(r["summary"].split()) for r in rows]
     refs = [[s.split() for s in r["reference"].split("\n")] for r in rows]
-    means, _ = evaluate(hyps, refs, metrics)
-    return {"n": len(rows), **means}
+    means, per_example = evaluate(hyps, refs, metrics)
+    by_id = dict(zip((r["id"] for r in rows), per_example))
+    if len(by_id) != len(rows):
+        raise SystemExit(f"table4: {path} repeats article ids ({len(rows) - len(by_id)} duplicate rows)")
+    return {"n": len(rows), **means}, by_id
+
+
+def format_interval(interval: Interval) -> str:
+    return f"{interval.mean:+.2f} [{interval.low:+.2f}, {interval.high:+.2f}]"
+
+
+def significance_report(results: dict[str, dict[str, float]], intervals: dict[str, dict[str, Interval]],
+                        resamples: int, seed: int) -> str:
+    """Markdown: every row's difference from MLE per metric, then each reward row on its own metric."""
+    table = results_table(intervals, cell=lambda iv: format_interval(iv) + ("*" if iv.significant else ""))
+    lines = [f"Difference from {BASELINE}:", "", table, "",
+             f"paired bootstrap over {results[BASELINE]['n']:,} test articles, {resamples:,} resamples, "
+             f"seed {seed}, {LEVEL:.0%} percentile intervals; * = interval excludes 0"]
+    diagonal = []
+    for run_name, metric in OWN_METRIC.items():
+        row = ROW_NAMES[run_name]
+        if metric in intervals.get(row, {}):
+            interval = intervals[row][metric]
+            diagonal.append(f"- {row} on {TABLE_COLUMNS.get(metric, metric)}: {results[BASELINE][metric]:.2f} → "
+                            f"{results[row][metric]:.2f} ({format_interval(interval)}) "
+                            + ("significant" if interval.significant else "not significant"))
+    if diagonal:
+        lines += ["", "Each reward on its own metric:", "", *diagonal]
+    return "\n".join(lines)
+
+
+def interval_fields(interval: Interval) -> dict[str, float | bool]:
+    return {"delta": interval.mean, "low": interval.low, "high": interval.high, "significant": interval.significant}
+
+
+def write_csv(path: Path, results: dict[str, dict[str, float]], intervals: dict[str, dict[str, Interval]]) -> None:
+    """One line per model and metric; the interval columns stay empty for MLE (or without intervals)."""
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, ["model", "metric", "mean", "delta", "low", "high", "significant", "n"])
+        writer.writeheader()
+        for model, means in results.items():
+            for metric, mean in means.items():
+                if metric != "n":
+                    interval = intervals.get(model, {}).get(metric)
+                    writer.writerow({"model": model, "metric": metric, "mean": mean, "n": means["n"],
+                                     **(interval_fields(interval) if interval else {})})
+
+
+def plot_differences(path: Path, intervals: dict[str, dict[str, Interval]]) -> None:
+    """One panel per metric, one error bar per row: filled where the interval excludes 0, hollow where not."""
+    rows = list(intervals)
+    metrics = list(intervals[rows[0]])
+    ncols = min(len(metrics), 4)
+    nrows = -(-len(metrics) // ncols)
+    # A bare Figure draws with Agg, without pyplot's global state or a GUI backend.
+    fig = Figure(figsize=(3.6 * ncols, nrows * (1.2 + 0.45 * len(rows))), layout="constrained")
+    axes = fig.subplots(nrows, ncols, sharey=True, squeeze=False).ravel()
+    for ax, metric in zip(axes, metrics):
+        for y, row in enumerate(rows):
+            interval = intervals[row][metric]
+            ax.errorbar(interval.mean, y, xerr=[[interval.mean - interval.low], [interval.high - interval.mean]],
+                        fmt="o", color="C0", markerfacecolor="C0" if interval.significant else "white", capsize=3)
+        ax.axvline(0, color="grey", linewidth=0.8, zorder=0)
+        ax.set_title(TABLE_COLUMNS.get(metric, metric))
+    for ax in axes[len(metrics):]:
+        ax.set_visible(False)
+    axes[0].set_yticks(range(len(rows)), rows)
+    axes[0].invert_yaxis()  # once: the panels share the y axis, so each call would flip it back
+    fig.suptitle(f"Difference from {BASELINE}, {LEVEL:.0%} paired bootstrap intervals "
+                 "(filled: interval excludes 0)")
+    fig.savefig(path, dpi=120)
+
+
+def validation_evidence(runs: dict[str, Path], out: Path) -> str:
+    """Each run's "start → best" line (`val_summary.txt`), and every run's validation curves in one figure."""
+    curves, lines = {}, []
+    for model, run in runs.items():
+        if (run / "val_curve.csv").exists():
+            rows = csv.DictReader((run / "val_curve.csv").open(encoding="utf-8"))
+            curves[model] = [{k: float(v) for k, v in row.items() if v} for row in rows]
+        if (run / "val_summary.txt").exists():
+            lines.append(f"- {model}: {(run / 'val_summary.txt').read_text(encoding='utf-8').strip()}")
+    if curves:
+        plot_curves(curves, out / "val_curves.png")
+    return "\n".join(["Validation (greedy, fixed sample), first → best:", "", *lines]) if lines else ""
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -74,23 +171,47 @@ def main(argv: list[str] | None = None) -> None:
                         help="reward configs (conf/reward/) used as test-time metrics")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="overrides of the metric configs, e.g. wms.embeddings.path=glove.840B.300d.txt")
-    parser.add_argument("--out", type=Path, help="where to write table4.md/json (default: the first path)")
+    parser.add_argument("--out", type=Path, help="where to write table4.md/csv/json/png (default: the first path)")
+    parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples per interval")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap's resampling")
     args = parser.parse_args(argv)
 
     metrics = compose_rewards(args.metrics, args.set)
-    results = {}
+    scored, run_dirs = {}, {}
     for run in find_runs(args.paths):
         if not (run / "summaries.jsonl").exists():
             decode_test_split(run)
         name = OmegaConf.load(run / "config.yaml").get("run_name") or run.name
-        results[ROW_NAMES.get(name, name)] = score_run(run, metrics)
+        scored[ROW_NAMES.get(name, name)] = score_run(run, metrics)
+        run_dirs[ROW_NAMES.get(name, name)] = run
     order = list(ROW_NAMES.values())
-    results = dict(sorted(results.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
-    table = results_table(results)
-    print(table)
+    scored = dict(sorted(scored.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
+    results = {model: means for model, (means, _) in scored.items()}
+    report = results_table(results)
+    intervals = {}
+    if BASELINE in results and len(results) > 1:
+        try:
+            intervals = compare_to_baseline({model: by_id for model, (_, by_id) in scored.items()}, BASELINE,
+                                            [k for k in results[BASELINE] if k != "n"], args.resamples, args.seed,
+                                            LEVEL)
+        except ValueError as error:
+            raise SystemExit(f"table4: {error}") from error
+        report += "\n\n" + significance_report(results, intervals, args.resamples, args.seed)
+    else:
+        print(f"table4: no intervals were computed (they need the {BASELINE} run, run_name mle, "
+              "and at least one other)", file=sys.stderr)
     out = args.out or (args.paths[0] if args.paths[0].is_dir() else args.paths[0].parent)
-    (out / "table4.md").write_text(table + "\n")
-    (out / "table4.json").write_text(json.dumps(results, indent=2) + "\n")
+    evidence = validation_evidence({model: run_dirs[model] for model in scored}, out)
+    report += "\n\n" + evidence if evidence else ""
+    print(report)
+    (out / "table4.md").write_text(report + "\n")
+    write_csv(out / "table4.csv", results, intervals)
+    table = {model: dict(means) for model, means in results.items()}
+    for model, cells in intervals.items():
+        table[model]["vs_mle"] = {metric: interval_fields(interval) for metric, interval in cells.items()}
+    (out / "table4.json").write_text(json.dumps(table, indent=2) + "\n")
+    if intervals:
+        plot_differences(out / "table4_diff.png", intervals)
 
 
 if __name__ == "__main__":

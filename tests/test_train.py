@@ -75,6 +75,13 @@ def test_mixed_run_starts_from_mle_and_table4_collects_both(mle_run, capsys):
     assert len(logged(tmp / "rouge_l", "train/reward_sample")) == 4
     assert logged(tmp / "rouge_l", "train/gamma")[0] == pytest.approx(0.97)
     assert logged(tmp / "rouge_l", "val/reward")
+    # evidence: validated before the first mixed step and after it, the curve drawn, the line printed
+    curve = list(csv.DictReader((tmp / "rouge_l" / "val_curve.csv").open()))
+    assert [int(p["step"]) for p in curve] == [0, 4] and float(curve[0]["seconds"]) == 0.0
+    assert {"val/reward", "val/rouge_l", "val/length", "val/repeated_trigrams"} <= set(curve[0])
+    summary = (tmp / "rouge_l" / "val_summary.txt").read_text()
+    assert summary.startswith(f"val/reward {float(curve[0]['val/reward']):.4f} at step 0 → best ")
+    assert (tmp / "rouge_l" / "val_curve.png").stat().st_size > 10_000
 
     spec = importlib.util.spec_from_file_location("table4", ROOT / "scripts" / "table4.py")
     table4 = importlib.util.module_from_spec(spec)
@@ -85,6 +92,21 @@ def test_mixed_run_starts_from_mle_and_table4_collects_both(mle_run, capsys):
     assert "| MLE+Pgen (no reward) | " in printed and "| Mixed w/ ROUGE-L | " in printed
     table = json.loads((tmp / "table4.json").read_text())
     assert table["MLE+Pgen (no reward)"]["rougeL"] == pytest.approx(mle_results["rougeL"], abs=1e-4)
+
+
+@pytest.mark.slow
+def test_leave_one_out_with_k_samples_trains(mle_run):
+    tmp, _ = mle_run
+    best = tmp / "mle" / "checkpoints" / "best.ckpt"
+    run(compose_run(tmp, "rloo", ["reward=rouge_l", f"mle_checkpoint={best}", "trainer.max_steps=2", "test=false",
+                                  "rl.samples=3", "rl/baseline=leave_one_out", "trainer.val_check_interval=2"]))
+    assert len(logged(tmp / "rloo", "train/reward_sample")) == 2
+    assert not logged(tmp / "rloo", "train/reward_greedy")  # RLOO decodes no greedy rows
+
+
+def test_leave_one_out_needs_two_samples(tmp_path):
+    with pytest.raises(Exception, match="rl.samples >= 2"):  # raised while building, before any training
+        run(compose_run(tmp_path, "rloo", ["reward=rouge_l", "rl/baseline=leave_one_out"]))
 
 
 def test_missing_init_checkpoint_is_named(tmp_path):

@@ -49,6 +49,8 @@ def run(cfg: DictConfig) -> dict:
     Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
     (Path(cfg.output_dir) / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     if cfg.train:
+        if cfg.validate_at_start and module.reward is not None and not cfg.ckpt_path:
+            trainer.validate(module, datamodule=data, verbose=False)  # the curve's first point: where RL starts
         trainer.fit(module, datamodule=data, ckpt_path=cfg.ckpt_path)
         checkpoints = trainer.checkpoint_callback
         if checkpoints is not None and checkpoints.dirpath:  # `last` is saved on validation only: keep the end state

@@ -1,0 +1,101 @@
+"""Callbacks that make a run's evidence visible: every validation recorded, drawn, and summed up in one line."""
+from __future__ import annotations
+
+import csv
+import logging
+import time
+from pathlib import Path
+
+import pytorch_lightning as pl
+
+log = logging.getLogger(__name__)
+
+PANELS = {"val/reward": "validation reward (greedy)", "val/loss": "validation loss",
+          "val/rouge_l": "validation ROUGE-L (greedy)", "val/length": "greedy summary length (tokens)",
+          "val/repeated_trigrams": "repeated-trigram rate"}
+
+
+class ValidationCurve(pl.Callback):
+    """Records each validation's `val/*` means with its optimizer step and the training seconds before it. When fitting ends (rank 0) it writes
+    `val_curve.csv` and `val_curve.png` to `output_dir`, and logs and prints where the monitored metric started
+    and its best value. Its points travel in checkpoints, so a resumed run keeps its start."""
+
+    def __init__(self, monitor: str, mode: str, output_dir: str):
+        if mode not in ("min", "max"):
+            raise ValueError(f"ValidationCurve: mode must be 'min' or 'max', got {mode!r}")
+        self.monitor, self.mode, self.output_dir = monitor, mode, Path(output_dir)
+        self.points: list[dict[str, float]] = []
+        self._train_start: float | None = None  # None: not fitting yet (a validation before training is at 0 s)
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # a resumed run counts on from its last recorded point
+        self._train_start = time.perf_counter() - (self.points[-1]["seconds"] if self.points else 0.0)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        values = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+        if values:
+            seconds = 0.0 if self._train_start is None else time.perf_counter() - self._train_start
+            self.points.append({"step": trainer.global_step, "seconds": round(seconds, 2), **values})
+
+    def state_dict(self) -> dict:
+        return {"points": self.points}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.points = list(state_dict["points"])
+
+    def summary(self) -> str:
+        """`<monitor> <first> at step <s> → best <b> at step <n> (Δ <b − first>)`."""
+        seen = [p for p in self.points if self.monitor in p]
+        if not seen:
+            return f"{self.monitor}: never validated"
+        first = seen[0]
+        pick = max if self.mode == "max" else min
+        best = pick(seen, key=lambda p: p[self.monitor])
+        return (f"{self.monitor} {first[self.monitor]:.4f} at step {first['step']} → best {best[self.monitor]:.4f} "
+                f"at step {best['step']} (Δ {best[self.monitor] - first[self.monitor]:+.4f}, "
+                f"{len(seen)} validations)")
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.is_global_zero or not self.points:
+            return
+        line = self.summary()
+        log.info(line)
+        print(line)
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        (self.output_dir / "val_summary.txt").write_text(line + "\n", encoding="utf-8")
+        self.write_csv(self.output_dir / "val_curve.csv")
+        plot_curves({self.output_dir.name: self.points}, self.output_dir / "val_curve.png")
+
+    def write_csv(self, path: Path) -> None:
+        keys = ["step", "seconds"] + sorted({k for p in self.points for k in p} - {"step", "seconds"})
+        with path.open("w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=keys)
+            writer.writeheader()
+            writer.writerows(self.points)
+
+
+def plot_curves(curves: dict[str, list[dict[str, float]]], path: Path) -> None:
+    """One row of panels per run: its reward (or, for MLE, its loss), ROUGE-L, length and repeated trigrams against
+    the optimizer step, the start marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(curves), 4, figsize=(14, 2.6 * len(curves)), squeeze=False)
+    for row, (name, points) in zip(axes, curves.items()):
+        main = "val/reward" if any("val/reward" in p for p in points) else "val/loss"
+        for ax, key in zip(row, [main, "val/rouge_l", "val/length", "val/repeated_trigrams"]):
+            xy = [(p["step"], p[key]) for p in points if key in p]
+            if xy:
+                ax.plot(*zip(*xy), marker="o", markersize=3)
+                ax.axhline(xy[0][1], color="grey", linewidth=0.8, linestyle="--")  # where the run started
+            ax.set_title(f"{name}: {PANELS[key]}", fontsize=9)
+            ax.tick_params(labelsize=7)
+            ax.grid(alpha=0.3)
+        row[0].set_xlabel("optimizer step", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
