@@ -1,9 +1,11 @@
 """The embedded demo corpus: deterministic news-like article/summary pairs, generated, not shipped.
 
 Each article mixes two or three "fact" sentences about people with filler sentences. The summary
-restates the facts, sometimes verbatim and sometimes paraphrased with synonyms, so ROUGE (exact
-words) and embedding metrics (meaning) disagree. Rare invented surnames fall outside any small
-vocabulary and must be copied from the article.
+restates the facts, verbatim or paraphrased with synonyms, so ROUGE (exact words) and embedding
+metrics (meaning) disagree. Which of the two a fact gets follows from the person's job in the article
+(`PARAPHRASED_JOBS`): a rule a model can learn, not a coin it cannot predict, so that a reward's
+signal is not drowned by unlearnable noise. Rare invented surnames fall outside any small vocabulary
+and must be copied from the article.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ SYLLABLES = "ka lo mi ren dor va sel tin bru gan fe zor pel qui mar ost lun bex"
 CITIES = ("london paris boston chicago madrid berlin tokyo sydney toronto dublin denver seattle "
           "atlanta houston miami vienna oslo lisbon").split()
 JOBS = "teacher doctor farmer lawyer nurse engineer pilot chef student banker".split()
+PARAPHRASED_JOBS = set(JOBS[::2])  # summaries of these people's facts paraphrase them
 DAYS = "monday tuesday wednesday thursday friday saturday sunday".split()
 # (article verb phrase, summary paraphrase) pairs: same meaning, different words.
 ACTIONS = [
@@ -61,8 +64,8 @@ def make_pair(rng: random.Random) -> tuple[str, str]:
         action, paraphrase = rng.choice(ACTIONS)
         age = rng.randint(21, 80)
         facts.append(f"{name} , a {age}-year-old {job} from {city} , {action} on {day} .")
-        summary.append(f"{name} {action} in {city} ." if rng.random() < 0.5
-                       else f"{job} {name} {paraphrase} in {city} .")
+        summary.append(f"{job} {name} {paraphrase} in {city} ." if job in PARAPHRASED_JOBS
+                       else f"{name} {action} in {city} .")
     fillers = [rng.choice(FILLERS).format(city=rng.choice(CITIES), day=rng.choice(DAYS))
                for _ in range(rng.randint(3, 6))]
     sentences, position = fillers, 0
