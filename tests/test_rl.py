@@ -165,3 +165,23 @@ def test_batch_index_select_repeats_rows_and_lists():
     assert picked.ids == ["2", "2", "0"] and picked.references[0] == batch.references[2]
     assert torch.equal(picked.ref[1], batch.ref[2]) and torch.equal(picked.src_ext[2], batch.src_ext[0])
     assert picked.n_copy_oovs == batch.n_copy_oovs and len(picked) == 3
+
+
+class Ones:
+    name, needs_reference = "ones", False
+
+    def __call__(self, inputs: RewardInput) -> torch.Tensor:
+        return torch.ones(len(inputs.hyp_lens))
+
+
+def test_penalized_repeats_scale_the_reward_by_the_share_of_new_trigrams():
+    module, batch = tiny_module(reward=Ones())
+    v = module.vocab
+    rows = [v.ids("the cat sat the cat sat".split()) + [v.eos_id],  # trigrams: 4, one a repeat -> 3/4
+            v.ids("the cat sat on a mat".split()) + [v.eos_id],     # no repeat -> 1
+            v.ids("the the the the".split()) + [v.eos_id, v.pad_id, v.pad_id]]  # 2 trigrams, 1 repeat -> 1/2
+    ids = torch.tensor(rows)
+    inputs = RewardInput.from_decoded(ids, torch.tensor([7, 7, 5]), batch.index_select([0, 1, 2]), v)
+    assert module._reward(inputs).tolist() == [1.0, 1.0, 1.0]
+    module.penalize_repeats = True
+    assert module._reward(inputs).tolist() == [0.75, 1.0, 0.5]

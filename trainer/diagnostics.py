@@ -15,13 +15,19 @@ def ngram_keys(ids: Tensor, lengths: Tensor, n: int, base: int) -> tuple[Tensor,
     return keys, valid
 
 
-def repeated_ngram_rate(ids: Tensor, lengths: Tensor, base: int, n: int = 3) -> Tensor:
-    """Share of a batch's n-grams that already occurred earlier in the same summary."""
+def repeated_ngram_counts(ids: Tensor, lengths: Tensor, base: int, n: int = 3) -> tuple[Tensor, Tensor]:
+    """Per row: how many n-grams already occurred earlier in the same summary, and how many n-grams it has."""
     keys, valid = ngram_keys(ids, lengths, n, base)
     keys = torch.where(valid, keys, -1 - torch.arange(keys.numel(), device=ids.device).view_as(keys))
     ordered = keys.sort(dim=1).values
-    repeats = ((ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)).sum()
-    return repeats / valid.sum().clamp(min=1)
+    repeats = ((ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)).sum(1)
+    return repeats, valid.sum(1)
+
+
+def repeated_ngram_rate(ids: Tensor, lengths: Tensor, base: int, n: int = 3) -> Tensor:
+    """Share of a batch's n-grams that already occurred earlier in the same summary."""
+    repeats, total = repeated_ngram_counts(ids, lengths, base, n)
+    return repeats.sum() / total.sum().clamp(min=1)
 
 
 def novel_ngram_rate(ids: Tensor, lengths: Tensor, source: Tensor, source_lengths: Tensor, base: int,

@@ -16,7 +16,7 @@ from rewards.base import Reward, RewardInput
 from rewards.rouge import RougeL
 from trainer.baselines import Baseline, GreedyBaseline
 from trainer.batch import Batch
-from trainer.diagnostics import novel_ngram_rate, repeated_ngram_rate
+from trainer.diagnostics import novel_ngram_rate, repeated_ngram_counts, repeated_ngram_rate
 from trainer.evaluate import as_text, evaluate
 from trainer.schedules import Constant
 from trainer.vocab import Vocabulary, split_at_sentence_ends
@@ -39,7 +39,8 @@ class SummarizationModule(pl.LightningModule):
 
     def __init__(self, model: torch.nn.Module, vocab: Vocabulary, optimizer: Callable[..., torch.optim.Optimizer],
                  reward: Reward | None = None, gamma: Callable[[int], float] | None = None,
-                 samples: int = 1, baseline: Baseline | None = None, rl_max_len: int = 100, length_normalize: bool = False, val_max_len: int = 100,
+                 samples: int = 1, baseline: Baseline | None = None, penalize_repeats: bool = False,
+                 rl_max_len: int = 100, length_normalize: bool = False, val_max_len: int = 100,
                  beam: dict[str, Any] | None = None, metrics: dict[str, Reward] | None = None,
                  output_dir: str = "."):
         super().__init__()
@@ -48,6 +49,7 @@ class SummarizationModule(pl.LightningModule):
         if samples < 1:
             raise ValueError(f"rl.samples must be at least 1, got {samples}")
         self.samples, self.baseline = samples, baseline or GreedyBaseline()
+        self.penalize_repeats = penalize_repeats
         self.rl_max_len, self.length_normalize, self.val_max_len = rl_max_len, length_normalize, val_max_len
         self.beam = dict(beam or {})
         self.metrics = dict(metrics or {})
@@ -79,7 +81,7 @@ class SummarizationModule(pl.LightningModule):
         rows = rollout_rows(B, k, with_greedy)
         rollouts = batch.index_select(rows)
         with torch.no_grad():  # one reward call scores the samples and the greedy rows together
-            rewards = self.reward(RewardInput.from_decoded(decoded.ids, decoded.lengths, rollouts, self.vocab))
+            rewards = self._reward(RewardInput.from_decoded(decoded.ids, decoded.lengths, rollouts, self.vocab))
         if self.reward.needs_reference:  # no reference, no reward signal (where, not a product: NaN·0 is NaN)
             rewards = torch.where(rollouts.has_reference, rewards, torch.zeros_like(rewards))
         reward_seconds = time.perf_counter() - decode_end
@@ -109,6 +111,17 @@ class SummarizationModule(pl.LightningModule):
         }, B)
         return loss
 
+    def _reward(self, inputs: RewardInput) -> Tensor:
+        """The reward of each decoded row; with `penalize_repeats`, times the row's share of trigrams that are not
+        repeats: the mover's similarities see a summary as a bag of words, so a repeated sentence costs them
+        nothing, and RL learns to repeat."""
+        rewards = self.reward(inputs)
+        if self.penalize_repeats:
+            base = len(self.vocab) + inputs.batch.n_copy_oovs
+            repeats, total = repeated_ngram_counts(inputs.hyp, inputs.hyp_lens, base)
+            rewards = rewards * (1 - repeats / total.clamp(min=1))
+        return rewards
+
     def _feed(self, ids: Tensor) -> Tensor:
         """Decoder inputs for a decoded sequence: <s> then the sequence shifted right, OOV as <unk>."""
         shifted = torch.cat([torch.full_like(ids[:, :1], self.vocab.bos_id), ids[:, :-1]], dim=1)
@@ -129,7 +142,7 @@ class SummarizationModule(pl.LightningModule):
                   "repeated_trigrams": repeated_ngram_rate(decoded.ids, decoded.lengths,
                                                            len(self.vocab) + batch.n_copy_oovs)}
         if self.reward is not None:
-            values["reward"] = self.reward(inputs).mean()
+            values["reward"] = self._reward(inputs).mean()
         for key, value in values.items():
             # sync_dist: under DDP the checkpoint monitor must see the mean over all ranks, not rank 0's share
             self.log(f"val/{key}", value, batch_size=len(batch), prog_bar=key in ("loss", "reward"), sync_dist=True)
