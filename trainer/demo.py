@@ -2,10 +2,11 @@
 
 Each article mixes two or three "fact" sentences about people with filler sentences. The summary
 restates the facts, verbatim or paraphrased with synonyms, so ROUGE (exact words) and embedding
-metrics (meaning) disagree. Which of the two a fact gets follows from the person's job in the article
-(`PARAPHRASED_JOBS`): a rule a model can learn, not a coin it cannot predict, so that a reward's
-signal is not drowned by unlearnable noise. Rare invented surnames fall outside any small vocabulary
-and must be copied from the article.
+metrics (meaning) disagree. By default which of the two a fact gets follows from the person's job in
+the article (`PARAPHRASED_JOBS`): a rule a model can learn, so that a reward's signal is not drowned
+by noise no model can predict. `paraphrase="coin"` flips a fair coin instead: the corpus then holds an
+irreducible ambiguity, where a converged MLE model still has something for a reward to settle. Rare
+invented surnames fall outside any small vocabulary and must be copied from the article.
 """
 from __future__ import annotations
 
@@ -55,17 +56,17 @@ def _surname(rng: random.Random) -> str:
     return "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 3)))
 
 
-def make_pair(rng: random.Random) -> tuple[str, str]:
+def make_pair(rng: random.Random, paraphrase: str = "by_job") -> tuple[str, str]:
     """One article and its summary, both lower-case, space-tokenized, one summary sentence per line."""
     facts, summary = [], []
     for _ in range(rng.randint(2, 3)):
         name = f"{rng.choice(FIRST)} {_surname(rng)}"
         city, job, day = rng.choice(CITIES), rng.choice(JOBS), rng.choice(DAYS)
-        action, paraphrase = rng.choice(ACTIONS)
+        action, synonyms = rng.choice(ACTIONS)
         age = rng.randint(21, 80)
         facts.append(f"{name} , a {age}-year-old {job} from {city} , {action} on {day} .")
-        summary.append(f"{job} {name} {paraphrase} in {city} ." if job in PARAPHRASED_JOBS
-                       else f"{name} {action} in {city} .")
+        paraphrased = job in PARAPHRASED_JOBS if paraphrase == "by_job" else rng.random() >= 0.5
+        summary.append(f"{job} {name} {synonyms} in {city} ." if paraphrased else f"{name} {action} in {city} .")
     fillers = [rng.choice(FILLERS).format(city=rng.choice(CITIES), day=rng.choice(DAYS))
                for _ in range(rng.randint(3, 6))]
     sentences, position = fillers, 0
@@ -77,13 +78,16 @@ def make_pair(rng: random.Random) -> tuple[str, str]:
 
 
 class DemoCorpus:
-    """`n` pairs from a seeded generator: the same seed always gives the same corpus."""
+    """`n` pairs from a seeded generator: the same seed always gives the same corpus. `paraphrase`: "by_job"
+    (the summary's wording follows from the article) or "coin" (a fair coin per fact)."""
 
-    def __init__(self, n: int = 3000, seed: int = 0):
-        self.n, self.seed = n, seed
+    def __init__(self, n: int = 3000, seed: int = 0, paraphrase: str = "by_job"):
+        if paraphrase not in ("by_job", "coin"):
+            raise ValueError(f"DemoCorpus: paraphrase must be 'by_job' or 'coin', got {paraphrase!r}")
+        self.n, self.seed, self.paraphrase = n, seed, paraphrase
 
     def records(self) -> Iterator[Record]:
         rng = random.Random(self.seed)
         for i in range(self.n):
-            article, summary = make_pair(rng)
+            article, summary = make_pair(rng, self.paraphrase)
             yield Record(id=f"demo-{i:05d}", article=article, summary=summary, where=f"demo corpus #{i}")
