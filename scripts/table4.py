@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -171,14 +172,16 @@ def main(argv: list[str] | None = None) -> None:
                         help="reward configs (conf/reward/) used as test-time metrics")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="overrides of the metric configs, e.g. wms.embeddings.path=glove.840B.300d.txt")
-    parser.add_argument("--out", type=Path, help="where to write table4.md/csv/json/png (default: the first path)")
+    parser.add_argument("--out", type=Path, help="where to write table4.md/csv/json/png (default: the folder "
+                                                  "holding all the runs, e.g. the sweep)")
     parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples per interval")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap's resampling")
     args = parser.parse_args(argv)
 
     metrics = compose_rewards(args.metrics, args.set)
     scored, run_dirs = {}, {}
-    for run in find_runs(args.paths):
+    runs = find_runs(args.paths)
+    for run in runs:
         if not (run / "summaries.jsonl").exists():
             decode_test_split(run)
         name = OmegaConf.load(run / "config.yaml").get("run_name") or run.name
@@ -200,7 +203,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         print(f"table4: no intervals were computed (they need the {BASELINE} run, run_name mle, "
               "and at least one other)", file=sys.stderr)
-    out = args.out or (args.paths[0] if args.paths[0].is_dir() else args.paths[0].parent)
+    out = args.out or Path(os.path.commonpath([run.resolve() for run in runs]))
     evidence = validation_evidence({model: run_dirs[model] for model in scored}, out)
     report += "\n\n" + evidence if evidence else ""
     print(report)

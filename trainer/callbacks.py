@@ -10,9 +10,8 @@ import pytorch_lightning as pl
 
 log = logging.getLogger(__name__)
 
-PANELS = {"val/reward": "validation reward (greedy)", "val/loss": "validation loss",
-          "val/rouge_l": "validation ROUGE-L (greedy)", "val/length": "greedy summary length (tokens)",
-          "val/repeated_trigrams": "repeated-trigram rate"}
+PANELS = {"val/reward": "val reward", "val/loss": "val loss", "val/rouge_l": "val ROUGE-L",
+          "val/length": "val length (tokens)", "val/repeated_trigrams": "val repeated trigrams"}
 
 
 class ValidationCurve(pl.Callback):
@@ -77,8 +76,8 @@ class ValidationCurve(pl.Callback):
 
 
 def plot_curves(curves: dict[str, list[dict[str, float]]], path: Path) -> None:
-    """One row of panels per run: its reward (or, for MLE, its loss), ROUGE-L, length and repeated trigrams against
-    the optimizer step, the start marked."""
+    """One row of panels per run: its reward (or, for MLE, its loss), ROUGE-L, length and repeated trigrams of
+    greedy validation decodes against the optimizer step, the first value dashed."""
     import matplotlib
 
     matplotlib.use("Agg")
