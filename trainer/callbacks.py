@@ -15,9 +15,10 @@ PANELS = {"val/reward": "val reward", "val/loss": "val loss", "val/rouge_l": "va
 
 
 class ValidationCurve(pl.Callback):
-    """Records each validation's `val/*` means with its optimizer step and the training seconds before it. When fitting ends (rank 0) it writes
-    `val_curve.csv` and `val_curve.png` to `output_dir`, and logs and prints where the monitored metric started
-    and its best value. Its points travel in checkpoints, so a resumed run keeps its start."""
+    """Records each validation's `val/*` means with its optimizer step and the training seconds before it.
+    When fitting ends (rank 0) it writes `val_curve.csv` and `val_curve.png` to `output_dir`, and logs and
+    prints where the monitored metric started and its best value. Its points travel in checkpoints, so a
+    resumed run keeps its start."""
 
     def __init__(self, monitor: str, mode: str, output_dir: str):
         if mode not in ("min", "max"):
