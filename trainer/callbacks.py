@@ -79,12 +79,11 @@ class ValidationCurve(pl.Callback):
 def plot_curves(curves: dict[str, list[dict[str, float]]], path: Path) -> None:
     """One row of panels per run: its reward (or, for MLE, its loss), ROUGE-L, length and repeated trigrams of
     greedy validation decodes against the optimizer step, the first value dashed."""
-    import matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(len(curves), 4, figsize=(14, 2.6 * len(curves)), squeeze=False)
+    # A bare Figure draws with Agg, without pyplot's global state or backend switch (as table4's figure does).
+    fig = Figure(figsize=(14, 2.6 * len(curves)), layout="tight")
+    axes = fig.subplots(len(curves), 4, squeeze=False)
     for row, (name, points) in zip(axes, curves.items()):
         main = "val/reward" if any("val/reward" in p for p in points) else "val/loss"
         for ax, key in zip(row, [main, "val/rouge_l", "val/length", "val/repeated_trigrams"]):
@@ -96,6 +95,4 @@ def plot_curves(curves: dict[str, list[dict[str, float]]], path: Path) -> None:
             ax.tick_params(labelsize=7)
             ax.grid(alpha=0.3)
         row[0].set_xlabel("optimizer step", fontsize=8)
-    fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)
