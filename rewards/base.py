@@ -90,7 +90,8 @@ class Reward(Protocol):
     """A reward scores a batch of hypotheses: float tensor [B] on the input's device.
 
     Reference-based rewards (`needs_reference`) may return anything for examples without a
-    reference; callers mask those entries (see `WeightedSum`).
+    reference, and NaN where the reference gives nothing to compare with (the mover's similarities
+    on a reference without a content word); callers mask both (`zero_where_not_applicable`).
     """
 
     name: str
@@ -99,8 +100,14 @@ class Reward(Protocol):
     def __call__(self, inputs: RewardInput) -> Tensor: ...
 
 
+def zero_where_not_applicable(values: Tensor, inputs: RewardInput) -> Tensor:
+    """A reference-based reward's values, 0 where it does not apply: no reference, or NaN.
+    `torch.where`, not a product: NaN·0 is NaN."""
+    return torch.where(inputs.has_reference & ~values.isnan(), values, torch.zeros_like(values))
+
+
 class WeightedSum:
-    """sum_k w_k r_k, itself a reward. A reference-based term adds nothing where there is no reference."""
+    """sum_k w_k r_k, itself a reward. A reference-based term adds nothing where it does not apply."""
 
     def __init__(self, terms: Mapping[str, Reward], weights: Mapping[str, float],
                  name: str | None = None):
@@ -113,13 +120,11 @@ class WeightedSum:
         self.needs_reference = all(t.needs_reference for t in self.terms.values())
 
     def components(self, inputs: RewardInput) -> dict[str, Tensor]:
-        """Each term's reward, zeroed where it needs a reference that the example lacks."""
+        """Each term's reward, zeroed where it needs a reference that does not apply."""
         out = {}
         for key, term in self.terms.items():
             value = term(inputs)
-            if term.needs_reference:
-                value = torch.where(inputs.has_reference, value, torch.zeros_like(value))
-            out[key] = value
+            out[key] = zero_where_not_applicable(value, inputs) if term.needs_reference else value
         return out
 
     def __call__(self, inputs: RewardInput) -> Tensor:

@@ -6,8 +6,10 @@ each half of the mass (S+WMS), where |A| counts the words left after preprocessi
 `rewards.embeddings`). The similarity is exp(-EMD) under the Euclidean distance.
 
 Degenerate documents, defined here because the reference code has no rule for them (it drops
-the whole run, or reuses the previous document's distance): when neither side has a word left,
-the similarity is 1 (nothing to move); when only one side is empty, it is 0 (no transport exists).
+the whole run, or reuses the previous document's distance): a hypothesis with no word left scores 0,
+whatever the reference (were it 1 against an empty reference, saying nothing would be a perfect
+summary); against a reference with no word left, the example does not apply: NaN, which callers
+treat as they treat a missing reference (`rewards.base.zero_where_not_applicable`).
 
 The batch's token ids reach the host in one transfer (`RewardInput.host_ids`); there the vector
 rows, content-word flags and sentences are looked up, and a compiled kernel builds each pair's two
@@ -135,8 +137,8 @@ def mover_similarities(hyp: tuple, ref: tuple, word_mass: float, sentence_mass: 
                        claimed: np.ndarray, similarities: np.ndarray) -> None:
     """similarities[i] = exp(-EMD) between the bags of hypothesis and reference i, for the pairs i in
     `order` that no other thread has claimed (`claimed`, shared); each side is (rows, keep, sentence,
-    table, extra) as in `TokenVectors`. 1 when both bags are empty, 0 when one is; NaN where the
-    solver did not converge."""
+    table, extra) as in `TokenVectors`. 0 when the hypothesis's bag is empty, else NaN when the
+    reference's is (and where the solver did not converge)."""
     hyp_rows, hyp_keep, hyp_sentence, hyp_table, hyp_extra = hyp
     ref_rows, ref_keep, ref_sentence, ref_table, ref_extra = ref
     for i in order:
@@ -146,7 +148,7 @@ def mover_similarities(hyp: tuple, ref: tuple, word_mass: float, sentence_mass: 
         x, a = document_bag(hyp_rows[i], hyp_keep[i], hyp_sentence[i], hyp_table, hyp_extra, word_mass, sentence_mass)
         y, b = document_bag(ref_rows[i], ref_keep[i], ref_sentence[i], ref_table, ref_extra, word_mass, sentence_mass)
         if a.size == 0 or b.size == 0:
-            similarities[i] = 1.0 if a.size == b.size else 0.0
+            similarities[i] = 0.0 if a.size == 0 else np.nan
             continue
         a, b, cost = without_shared_mass(a, b, euclidean_costs(x, y))
         distance = transport_cost(a, b, cost) if a.size and b.size else 0.0  # else: rounding's leftovers
@@ -185,8 +187,8 @@ def batch_similarities(hyp: TokenVectors, ref: TokenVectors, word_mass: float, s
 class MoverSimilarity:
     """exp(-EMD) between the hypothesis's and the reference's bags; subclasses fix the bag.
 
-    Float32 [B] on the input's device, always finite: 1 when neither document has a word left
-    after preprocessing, 0 when only one has none (an empty hypothesis, or no reference).
+    Float32 [B] on the input's device: 0 for a hypothesis with no word left after preprocessing,
+    else NaN where the reference has none (or there is no reference), else in (0, 1].
     """
 
     name: str
@@ -201,8 +203,10 @@ class MoverSimilarity:
         hyp, ref = (self.embeddings.embed_batch(inputs, side) for side in ("hyp", "ref"))
         similarities = batch_similarities(hyp, ref, self.word_mass, self.sentence_mass)
         if math.isnan(similarities.sum()):  # one numpy call on the common path
-            raise RuntimeError(f"{self.name}: the transport simplex did not converge for batch rows "
-                               f"{np.flatnonzero(np.isnan(similarities)).tolist()}")
+            unsolved = np.flatnonzero(np.isnan(similarities) & ref.keep.any(1))  # the others: empty references
+            if unsolved.size:
+                raise RuntimeError(f"{self.name}: the transport simplex did not converge for batch rows "
+                                   f"{unsolved.tolist()}")
         return torch.from_numpy(similarities).to(inputs.device, torch.float32)
 
 

@@ -158,7 +158,8 @@ def hypothesis_tokens(sentences: list[list[str]]) -> list[str]:
 def score_texts(rewards: Mapping[str, Reward], candidates: Sequence[str], references: Sequence[str | None],
                 sources: Sequence[str] | None = None, tokenizers: str | Mapping[str, str] = "treebank",
                 batch_size: int = 64, device: str | torch.device = "cpu") -> dict[str, list[float | None]]:
-    """Each reward's score of each candidate (None where a reference-based reward has no reference).
+    """Each reward's score of each candidate; None where a reference-based reward does not apply (no
+    reference, or NaN: a reference with nothing to compare, see `rewards.base.Reward`).
 
     `tokenizers` is one tokenizer for all rewards or one per reward label. Rewards sharing a
     tokenizer share the tokenized texts, the vocabulary and the batches.
@@ -184,7 +185,7 @@ def score_texts(rewards: Mapping[str, Reward], candidates: Sequence[str], refere
             for label in labels:
                 values = rewards[label](inputs).float().cpu().tolist()
                 if rewards[label].needs_reference:
-                    values = [None if r is None else v for v, r in zip(values, refs[window])]
+                    values = [None if r is None or math.isnan(v) else v for v, r in zip(values, refs[window])]
                 scores[label] += values
     return scores
 

@@ -14,6 +14,7 @@ from rewards.base import RewardInput, WeightedSum
 from rewards.embeddings import STOPWORDS, ContextualEmbeddings, GloveEmbeddings, WordVectors
 from rewards.mover import SentenceMoverSimilarity, SentenceWordMoverSimilarity, WordMoverSimilarity
 from rewards.rouge import RougeL
+from trainer.evaluate import evaluate
 from trainer.vocab import Vocabulary
 
 MOVERS = [WordMoverSimilarity, SentenceMoverSimilarity, SentenceWordMoverSimilarity]
@@ -44,13 +45,16 @@ def split_sentences(tokens):
     return sentences + ([current] if current else [])
 
 
+def content_words(sentence, vectors):
+    return [w.lower() for w in sentence if w.isalpha() and w.lower() not in STOPWORDS and w.lower() in vectors]
+
+
 def reference_similarity(hyp_sentences, ref_sentences, vectors, kind):
     """Clark et al. Eq. 1-5 per pair, straight from text: POT with the Euclidean ground distance."""
     word_mass = {"wms": 1.0, "sms": 0.0, "s_wms": 0.5}[kind]
 
     def bag(sentences):
-        sentences = [[w.lower() for w in s if w.isalpha() and w.lower() not in STOPWORDS and w.lower() in vectors]
-                     for s in sentences]
+        sentences = [content_words(s, vectors) for s in sentences]
         sentences = [s for s in sentences if s]
         n = sum(len(s) for s in sentences)
         points, weights = [], []
@@ -65,8 +69,8 @@ def reference_similarity(hyp_sentences, ref_sentences, vectors, kind):
         return np.array(points, dtype=np.float64), np.array(weights)
 
     (x, a), (y, b) = bag(hyp_sentences), bag(ref_sentences)
-    if len(a) == 0 or len(b) == 0:
-        return 1.0 if len(a) == len(b) else 0.0
+    if len(a) == 0 or len(b) == 0:  # an empty hypothesis scores 0; an empty reference does not apply
+        return 0.0 if len(a) == 0 else math.nan
     return math.exp(-ot.emd2(a, b, ot.dist(x, y, metric="euclidean")))
 
 
@@ -87,9 +91,8 @@ def test_matches_per_pair_pot_on_random_documents(reward_cls):
     hyps = [[t for s in h for t in s] for h, _ in docs]
     ours = score(reward_cls, WordVectors.from_dict(TABLE), hyps, [r for _, r in docs])
     expected = [reference_similarity(split_sentences(h), r, TABLE, reward_cls.name) for h, (_, r) in zip(hyps, docs)]
-    assert torch.isfinite(ours).all()
-    np.testing.assert_allclose(ours.double().numpy(), expected, rtol=0, atol=1e-6)
-    assert 0.05 < np.mean(expected) < 0.95  # neither all-degenerate nor trivial
+    np.testing.assert_allclose(ours.double().numpy(), expected, rtol=0, atol=1e-6)  # NaN where expected NaN
+    assert 0.05 < np.nanmean(expected) < 0.95  # neither all-degenerate nor trivial
 
 
 @pytest.mark.parametrize("threads", [2, 3])
@@ -106,13 +109,13 @@ def test_one_thread_and_several_threads_agree(threads):
         several = score(SentenceWordMoverSimilarity, embeddings, hyps, refs)
     finally:
         torch.set_num_threads(default)
-    assert torch.equal(one, several)
+    torch.testing.assert_close(one, several, rtol=0, atol=0, equal_nan=True)
 
 
 @pytest.mark.parametrize("reward_cls", MOVERS)
 def test_identity_and_symmetry(reward_cls):
     rng = random.Random(2)
-    docs = [random_document(rng) for _ in range(40)]
+    docs = [d for d in (random_document(rng) for _ in range(80)) if any(content_words(s, TABLE) for s in d)][:40]
     flat = [[t for s in d for t in s] for d in docs]
     embeddings = WordVectors.from_dict(TABLE)
     assert score(reward_cls, embeddings, flat, docs).tolist() == pytest.approx([1.0] * 40, abs=1e-6)
@@ -143,15 +146,16 @@ def test_hand_computed_two_word_case():
 
 @pytest.mark.parametrize("reward_cls", MOVERS)
 def test_degenerate_inputs_have_defined_values(reward_cls):
-    hyps = [[], ["the", "."], ["the", "."], ["cat", "."], ["cat"], ["dog", "cat"]]
-    refs = [[["dog", "."]], [["of", "a", "."]], [["cat", "."]], [["of", "."]], None, [["fish"]]]
+    hyps = [[], ["the", "."], ["the", "."], ["cat", "."], ["cat"], ["dog", "cat"], []]
+    refs = [[["dog", "."]], [["of", "a", "."]], [["cat", "."]], [["of", "."]], None, [["fish"]], None]
     out = score(reward_cls, WordVectors.from_dict(PLANE), hyps, refs)
-    assert torch.isfinite(out).all()
     # "dog cat" -> "fish": words (3 + 5) / 2; sentences (0, 2) -> (3, 4)
     one_sentence = {"wms": math.exp(-(3 + 5) / 2), "sms": math.exp(-math.dist([0, 2], [3, 4]))}
     one_sentence["s_wms"] = math.exp(-(0.5 * (3 + 5) / 2 + 0.5 * math.dist([0, 2], [3, 4])))
-    # empty hypothesis: 0; nothing left on either side: 1; one side left empty (or no reference): 0
-    assert out.tolist() == pytest.approx([0.0, 1.0, 0.0, 0.0, 0.0, one_sentence[reward_cls.name]], abs=1e-6)
+    # a hypothesis with no word left: 0, whatever the reference; else a reference with no word left
+    # (or none): NaN, the example does not apply
+    expected = [0.0, 0.0, 0.0, math.nan, math.nan, one_sentence[reward_cls.name], 0.0]
+    assert out.tolist() == pytest.approx(expected, abs=1e-6, nan_ok=True)
 
 
 def test_a_solve_that_did_not_converge_is_an_error_naming_its_rows(monkeypatch):
@@ -164,7 +168,7 @@ def test_a_solve_that_did_not_converge_is_an_error_naming_its_rows(monkeypatch):
 def test_batch_without_any_content_word_in_its_hypotheses(reward_cls):
     # An untrained model's samples: no hypothesis of the batch keeps a word after preprocessing.
     out = score(reward_cls, WordVectors.from_dict(PLANE), [[], ["the", "."]], [[["cat", "."]], [["of", "."]]])
-    assert out.tolist() == [0.0, 1.0]
+    assert out.tolist() == [0.0, 0.0]
 
 
 def test_copied_and_reference_only_oov_words_get_their_own_vectors():
@@ -186,15 +190,24 @@ def test_oov_vectors_follow_the_batch():
     assert [first.item(), second.item()] == pytest.approx([math.exp(-3.0), math.exp(-5.0)], abs=1e-6)
 
 
-def test_weighted_sum_zeroes_reference_terms_without_reference():
+def test_weighted_sum_zeroes_reference_terms_that_do_not_apply():
     embeddings = WordVectors.from_dict(PLANE)
-    inputs = RewardInput.from_texts([["cat", "dog"], ["cat", "dog"]], [[["cat", "fish"]], None],
-                                    Vocabulary(PLANE))
+    inputs = RewardInput.from_texts([["cat", "dog"], ["cat", "dog"], ["the", "cat"]],
+                                    [[["cat", "fish"]], None, [["the", "."]]], Vocabulary(PLANE))
     reward = WeightedSum({"rouge_l": RougeL(), "sms": SentenceMoverSimilarity(embeddings)},
                          {"rouge_l": 1.0, "sms": 2.0})
     out = reward(inputs)
-    # ROUGE-L: LCS 1 of 2 and 2 -> F = 0.5; SMS: means (0, 2) and (1.5, 2)
-    assert out.tolist() == pytest.approx([0.5 + 2 * math.exp(-1.5), 0.0], abs=1e-6)
+    # ROUGE-L: LCS 1 of 2 and 2 -> F = 0.5; SMS: means (0, 2) and (1.5, 2); no reference: 0;
+    # a reference without a content word: SMS NaN, so ROUGE-L alone (LCS "the", 1 of 2 and 2)
+    assert out.tolist() == pytest.approx([0.5 + 2 * math.exp(-1.5), 0.0, 0.5], abs=1e-6)
+
+
+def test_evaluation_means_leave_out_examples_a_metric_does_not_apply_to(caplog):
+    hyps, refs = [[["cat", "."]], [["cat", "."]]], [[["cat", "."]], [["the", "."]]]
+    means, per_example = evaluate(hyps, refs, {"wms": WordMoverSimilarity(WordVectors.from_dict(PLANE))})
+    assert [row["wms"] for row in per_example] == [pytest.approx(1000.0), None]
+    assert means["wms"] == pytest.approx(1000.0)
+    assert "wms does not apply to 1 of 2 examples" in caplog.text
 
 
 @pytest.mark.parametrize("header", ["", "3 2\n"])

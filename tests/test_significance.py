@@ -101,6 +101,15 @@ def test_row_order_does_not_change_the_interval():
     assert compare_to_baseline(per_article, "mle", ["m"])["row"]["m"] == expected
 
 
+def test_articles_a_metric_does_not_apply_to_drop_out_of_its_pairs():
+    rng = np.random.default_rng(5)
+    base, row = rng.normal(size=40), rng.normal(size=40)
+    per_article = {"mle": scores_by_id(base), "row": scores_by_id(row)}
+    for scores in per_article.values():  # None, as trainer.evaluate leaves a mover's metric without reference content
+        scores["a000"]["m"] = None
+    assert compare_to_baseline(per_article, "mle", ["m"])["row"]["m"] == paired_bootstrap(row[1:] - base[1:])
+
+
 def test_mismatched_article_ids_raise():
     base = scores_by_id(np.zeros(10))
     row = {k: v for k, v in base.items() if k not in ("a000", "a001")} | {"extra": {"m": 1.0}}

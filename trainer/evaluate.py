@@ -2,6 +2,7 @@
 a metric (the mover's similarities with exact EMD). Independent of the reward a model trained with."""
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Mapping
 
 import torch
@@ -9,6 +10,8 @@ from rouge_score import rouge_scorer
 
 from rewards.base import Reward
 from rewards.scoring import display_scale, score_texts
+
+log = logging.getLogger(__name__)
 
 ROUGE_KEYS = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 
@@ -32,16 +35,25 @@ def as_text(summaries: list[list[list[str]]]) -> list[str]:
 
 def evaluate(hypotheses: list[list[list[str]]], references: list[list[list[str]]],
              metrics: Mapping[str, Reward] | None = None, device: torch.device | str = "cpu"
-             ) -> tuple[dict[str, float], list[dict[str, float]]]:
-    """Corpus means and per-example scores, as Clark et al. print them (ROUGE ×100, mover's ×1000)."""
+             ) -> tuple[dict[str, float], list[dict[str, float | None]]]:
+    """Corpus means and per-example scores, as Clark et al. print them (ROUGE ×100, mover's ×1000).
+
+    A metric that does not apply to an example (None: e.g. a mover's similarity whose reference has no
+    content word) leaves it out of that metric's mean, with a warning that counts such examples."""
     per_example = rouge_scores(hypotheses, references)
     scores = score_texts(metrics or {}, as_text(hypotheses), as_text(references), tokenizers="whitespace",
                          device=device)
     for name, values in scores.items():
         for row, value in zip(per_example, values):
-            row[name] = display_scale(metrics[name]) * value
-    keys = per_example[0].keys() if per_example else []
-    means = {k: sum(r[k] for r in per_example) / len(per_example) for k in keys}
+            row[name] = None if value is None else display_scale(metrics[name]) * value
+    means = {}
+    for key in per_example[0] if per_example else []:
+        values = [r[key] for r in per_example if r[key] is not None]
+        if len(values) < len(per_example):
+            log.warning("%s does not apply to %d of %d examples (no reference content); its mean is over "
+                        "the other %d", key, len(per_example) - len(values), len(per_example), len(values))
+        if values:
+            means[key] = sum(values) / len(values)
     return means, per_example
 
 

@@ -35,8 +35,9 @@ def paired_bootstrap(deltas: np.ndarray, resamples: int = 1000, seed: int = 0, l
     return Interval(float(deltas.mean()), float(low), float(high))
 
 
-def compare_to_baseline(per_article: dict[str, dict[str, dict[str, float]]], baseline: str, metrics: list[str],
-                        resamples: int = 1000, seed: int = 0, level: float = 0.95) -> dict[str, dict[str, Interval]]:
+def compare_to_baseline(per_article: dict[str, dict[str, dict[str, float | None]]], baseline: str,
+                        metrics: list[str], resamples: int = 1000, seed: int = 0, level: float = 0.95
+                        ) -> dict[str, dict[str, Interval]]:
     """Intervals of (row − baseline) for every other row and each metric, articles paired by id.
 
     `per_article` maps row -> article id -> {metric: score}. Every row must score exactly the
@@ -54,7 +55,9 @@ def compare_to_baseline(per_article: dict[str, dict[str, dict[str, float]]], bas
             raise ValueError(f"{row!r}: {only_row + only_base} article ids differ from the baseline {baseline!r} "
                              f"({only_row} only in {row!r}, {only_base} only in {baseline!r}); "
                              "the paired bootstrap needs both scored on the same articles")
-        # Every cell reuses `seed`, so all intervals come from the same resampled test sets.
-        intervals[row] = {m: paired_bootstrap(np.array([scores[i][m] - base[i][m] for i in ids]),
+        # Every cell reuses `seed`, so all intervals come from the same resampled test sets. An article a
+        # metric does not apply to (None, as `trainer.evaluate` leaves it) drops out of that metric's pairs.
+        intervals[row] = {m: paired_bootstrap(np.array([scores[i][m] - base[i][m] for i in ids
+                                                        if scores[i][m] is not None and base[i][m] is not None]),
                                               resamples, seed, level) for m in metrics}
     return intervals
