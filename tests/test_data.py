@@ -71,6 +71,23 @@ def test_bad_fields_are_named(tmp_path, row, message):
         list(LocalFile(str(path)).records())
 
 
+@pytest.mark.parametrize("name, content, message", [
+    ("d.jsonl", b'{"id": 1, "article": "a", "highlights": "b"}\n{"id": 2, "article": "caf\xe9"}\n',
+     r"d\.jsonl:2: invalid UTF-8 \(byte 26 of the line\)"),
+    ("d.csv", b"id,article,highlights\n1,a,b\n2,caf\xe9,b\n", r"d\.csv:3: invalid UTF-8 \(byte 6 of the line\)"),
+    ("d.csv", b"id,article,highlights\n1,a,b,c\n", r"d\.csv:2: more values than the header's 3 field names"),
+    ("d.jsonl", b'{"id": 1, "article": "a \\ud800 b", "highlights": "c"}\n',
+     r"d\.jsonl:1: field 'article' holds a lone surrogate at character 3"),
+    ("d.jsonl", b'{"id": "\\udc00", "article": "a", "highlights": "c"}\n',
+     r"d\.jsonl:1: field 'id' holds a lone surrogate at character 1"),
+])
+def test_undecodable_text_is_named_by_file_line_and_field(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(DataError, match=message):
+        list(LocalFile(str(path)).records())
+
+
 def test_csv_and_configurable_fields(tmp_path):
     path = tmp_path / "d.csv"
     path.write_text("key,text,tldr\nx1,The cat sat. It slept.,A cat sat.\nx2,Hello world.,\n")
@@ -114,6 +131,21 @@ def test_ratio_split_exclusions_and_vocab_cache(tmp_path):
     assert again.vocab == data.vocab and again.splits["train"][0].id == data.splits["train"][0].id
     batch = next(iter(data.train_dataloader()))
     assert batch.src.shape[0] == 16
+
+
+def test_training_data_without_summaries_is_an_error_naming_the_file(tmp_path):
+    path = write_jsonl(tmp_path / "d.jsonl", [{"id": i, "article": f"a b {i} ."} for i in range(20)])
+    data = SummarizationData(LocalFile(str(path), fields=Fields(summary=None)), split=RatioSplit(0.5, 0.25, 0.25),
+                             cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(DataError, match=r"no training example of .*d\.jsonl has a summary"):
+        data.setup()
+
+
+@pytest.mark.parametrize("setting, value", [("test_size", -1), ("val_sample_size", -5), ("max_target_len", 0),
+                                            ("max_source_len", 0), ("batch_size", 0)])
+def test_sizes_below_one_are_rejected_naming_the_setting(setting, value):
+    with pytest.raises(ValueError, match=rf"data\.{setting} must be at least 1, got {value}"):
+        SummarizationData(DemoCorpus(10), split=RatioSplit(), **{setting: value})
 
 
 def test_demo_corpus_is_deterministic_and_needs_copying():

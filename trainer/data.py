@@ -56,7 +56,7 @@ def tokenize_records(source: Source, pretokenized: bool, domain: str = "supervis
     if skipped:
         log.warning("skipped %d records with an empty article or summary (kept %d)", skipped, len(examples))
     if not examples:
-        raise DataError(f"{type(source).__name__}: no usable records")
+        raise DataError(f"{source}: no usable records (every article or summary is empty)")
     return examples
 
 
@@ -76,6 +76,11 @@ class SummarizationData(pl.LightningDataModule):
         super().__init__()
         if split is None and (val is None or test is None):
             raise ValueError("data: give `val` and `test` sources, or a `split` of the train source")
+        for setting, value in {"max_source_len": max_source_len, "max_target_len": max_target_len,
+                               "batch_size": batch_size, "eval_batch_size": eval_batch_size,
+                               "val_sample_size": val_sample_size, "test_size": test_size}.items():
+            if value is not None and value < 1:  # now, not after training; a negative size slices from the end
+                raise ValueError(f"data.{setting} must be at least 1, got {value}")
         self.sources = {"train": train, "val": val, "test": test}
         self.split, self.exclude_ids, self.pretokenized = split, exclude_ids, pretokenized
         self.vocab_size, self.max_source_len, self.max_target_len = vocab_size, max_source_len, max_target_len
@@ -103,6 +108,9 @@ class SummarizationData(pl.LightningDataModule):
         for name, examples in self.splits.items():
             if not examples:
                 raise DataError(f"data {self.name!r}: split {name!r} is empty")
+        if all(e.reference is None for e in self.splits["train"]):  # MLE and every reward learn from summaries
+            raise DataError(f"data {self.name!r}: no training example of {self.sources['train']} has a summary "
+                            "(is fields.summary set?)")
         log.info("data %s: %s", self.name, {k: len(v) for k, v in self.splits.items()})
         self.vocab = self._cached_vocabulary()
 

@@ -86,6 +86,9 @@ class DemoCorpus:
             raise ValueError(f"DemoCorpus: paraphrase must be 'by_job' or 'coin', got {paraphrase!r}")
         self.n, self.seed, self.paraphrase = n, seed, paraphrase
 
+    def __str__(self) -> str:
+        return f"DemoCorpus(n={self.n}, seed={self.seed}, paraphrase={self.paraphrase!r})"
+
     def records(self) -> Iterator[Record]:
         rng = random.Random(self.seed)
         for i in range(self.n):

@@ -14,6 +14,21 @@ class DataError(ValueError):
     """Bad input data; the message names the file (or dataset), the line (or row) and the field."""
 
 
+def numbered_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """(line number from 1, text) of each line of a UTF-8 file. Invalid UTF-8 is reported by file and line:
+    the decoder's own error gives a byte offset into a buffer."""
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise DataError(f"{path}: {e.strerror}") from None
+    with f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                yield number, raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(f"{path}:{number}: invalid UTF-8 (byte {e.start + 1} of the line)") from None
+
+
 @dataclass
 class Record:
     id: str
@@ -23,6 +38,8 @@ class Record:
 
 
 class Source(Protocol):
+    """Yields records; `str(source)` names it (a file, a dataset) in errors."""
+
     def records(self) -> Iterator[Record]: ...
 
 
@@ -40,8 +57,8 @@ class Fields:
         article = self._text(row, self.article, where)
         summary = self._text(row, self.summary, where) if self.summary else None
         rid = row.get(self.id) if self.id else None
-        return Record(id=str(rid) if rid is not None else str(index), article=article, summary=summary,
-                      where=where)
+        rid = str(index) if rid is None else _encodable(str(rid), self.id, where)
+        return Record(id=rid, article=article, summary=summary, where=where)
 
     @staticmethod
     def _text(row: dict, name: str, where: str) -> str:
@@ -50,7 +67,17 @@ class Fields:
         value = row[name]
         if not isinstance(value, str):
             raise DataError(f"{where}: field {name!r} must be a string, got {type(value).__name__}")
-        return value
+        return _encodable(value, name, where)
+
+
+def _encodable(value: str, name: str, where: str) -> str:
+    """`value` if it encodes as UTF-8: a lone surrogate (JSON's "\\ud800") would fail later, in the
+    vocabulary's hash or file, far from its line."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise DataError(f"{where}: field {name!r} holds a lone surrogate at character {e.start + 1}") from None
+    return value
 
 
 class HubDataset:
@@ -65,6 +92,9 @@ class HubDataset:
         self.path, self.name, self.split, self.data_files = path, name, split, data_files
         self.fields = fields or Fields()
         self.limit = limit
+
+    def __str__(self) -> str:
+        return f"{self.path}[{self.split}]"
 
     def records(self) -> Iterator[Record]:
         import datasets  # deferred: importing datasets costs seconds
@@ -89,6 +119,9 @@ class LocalFile:
         if self.format not in ("jsonl", "csv", "parquet"):
             raise DataError(f"{self.path}: unknown format {self.format!r} (expected jsonl, csv or parquet)")
 
+    def __str__(self) -> str:
+        return str(self.path)
+
     def records(self) -> Iterator[Record]:
         if not self.path.exists():
             raise DataError(f"{self.path}: no such file")
@@ -99,20 +132,24 @@ class LocalFile:
             yield self.fields.record(row, where, i)
 
     def _jsonl(self) -> Iterator[tuple[str, dict]]:
-        with self.path.open(encoding="utf-8") as f:
-            for n, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    yield f"{self.path}:{n}", json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise DataError(f"{self.path}:{n}: malformed JSON ({e.msg} at column {e.colno})") from None
+        for n, line in numbered_lines(self.path):
+            if not line.strip():
+                continue
+            try:
+                yield f"{self.path}:{n}", json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{self.path}:{n}: malformed JSON ({e.msg} at column {e.colno})") from None
 
     def _csv(self) -> Iterator[tuple[str, dict]]:
-        with self.path.open(encoding="utf-8", newline="") as f:
-            reader = csv.DictReader(f)
+        reader = csv.DictReader(line for _, line in numbered_lines(self.path))
+        try:
             for row in reader:
+                if None in row:  # DictReader's key for the values beyond the header's names
+                    raise DataError(f"{self.path}:{reader.line_num}: more values than the header's "
+                                    f"{len(reader.fieldnames)} field names")
                 yield f"{self.path}:{reader.line_num}", row
+        except csv.Error as e:
+            raise DataError(f"{self.path}:{reader.line_num}: malformed CSV ({e})") from None
 
     def _parquet(self) -> Iterator[tuple[str, dict]]:
         import pandas as pd
@@ -127,7 +164,7 @@ def read_id_list(path: str | Path) -> set[str]:
     if not path.exists():
         raise DataError(f"{path}: id exclusion file not found")
     ids = set()
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for _, line in numbered_lines(path):
         first = line.replace(",", "\t").split("\t")[0].strip()
         if first and first != "id":
             ids.add(first)
