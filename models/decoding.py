@@ -7,8 +7,9 @@ Decoders run in the model's current mode: call `model.eval()` first unless dropo
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
@@ -188,3 +189,17 @@ def beam_search(model: PointerGenerator, batch: Batch, beam_size: int = 4, max_l
         best_lp = torch.where(none.unsqueeze(1), history_lp.view(B, K, -1)[:, 0], best_lp)
     lengths = (best_ids != cfg.pad_id).sum(1)
     return Decoded(best_ids, best_lp, lengths).rows(slice(None))  # trimmed to the longest result
+
+
+def check_beam_settings(**settings: Any) -> None:
+    """Raise if `beam_search(model, batch, **settings)` would fail or could not end a summary: call it when a
+    run is built, as the test-time decode comes only after training. Unknown names are a TypeError."""
+    bound = inspect.signature(beam_search).bind(None, None, **settings)  # None, None: the model and the batch
+    bound.apply_defaults()
+    beam_size, max_len, min_len = (bound.arguments[name] for name in ("beam_size", "max_len", "min_len"))
+    if beam_size < 1:
+        raise ValueError(f"beam search: beam_size must be at least 1, got {beam_size}")
+    if max_len < 1:
+        raise ValueError(f"beam search: max_len must be at least 1, got {max_len}")
+    if not 0 <= min_len < max_len:  # from max_len on, </s> is never allowed: every summary would be cut off
+        raise ValueError(f"beam search: min_len must be at least 0 and below max_len ({max_len}), got {min_len}")

@@ -5,8 +5,8 @@ import pytest
 import torch
 from rouge_score import rouge_scorer
 
-from models.decoding import (Decoded, beam_search, greedy, rollout_rows, sample, sample_and_greedy,
-                             sample_categorical)
+from models.decoding import (Decoded, beam_search, check_beam_settings, greedy, rollout_rows, sample,
+                             sample_and_greedy, sample_categorical)
 from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
 from trainer.batch import Batch, Example, collate
 from trainer.vocab import Vocabulary
@@ -172,6 +172,25 @@ def test_beam_of_width_one_follows_greedy_past_a_runner_up_eos():
     batch = markov_batch()
     for seed in range(20):
         assert_beam_of_width_one_is_greedy(markov_chain(seed), batch)
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"beam_size": 0}, r"beam_size must be at least 1, got 0"),
+    ({"beam_size": -2}, r"beam_size must be at least 1, got -2"),
+    ({"max_len": 0, "min_len": 0}, r"max_len must be at least 1, got 0"),
+    ({"max_len": 10, "min_len": 10}, r"min_len must be at least 0 and below max_len \(10\), got 10"),
+    ({"min_len": -1}, r"min_len must be at least 0 and below max_len \(100\), got -1"),
+])
+def test_beam_settings_that_would_fail_at_test_time_are_named(settings, message):
+    with pytest.raises(ValueError, match=message):
+        check_beam_settings(**settings)
+
+
+def test_beam_settings_that_decode_pass_and_unknown_names_are_refused():
+    check_beam_settings(beam_size=5, max_len=60, min_len=0, length_penalty=1.0, block_trigrams=False)
+    check_beam_settings()  # beam_search's defaults
+    with pytest.raises(TypeError, match="beam_sise"):
+        check_beam_settings(beam_sise=5)
 
 
 def test_untrained_decodes_run_to_max_len_and_are_masked(untrained):
