@@ -24,6 +24,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from rewards.base import Reward, RewardInput
+from trainer.sources import DataError, numbered_lines
 from trainer.vocab import SENTENCE_END, Vocabulary, tokenize_sentences
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -41,8 +42,8 @@ class InputError(ValueError):
     something that does not exist."""
 
 
-# What a command line reports as one line instead of a traceback.
-USER_ERRORS = (InputError, ConfigCompositionException, OverrideParseException)
+# What a command line reports as one line instead of a traceback (DataError: a missing or undecodable file).
+USER_ERRORS = (InputError, DataError, ConfigCompositionException, OverrideParseException)
 
 
 @dataclass(frozen=True)
@@ -86,18 +87,17 @@ class Row:
 def read_jsonl(path: str | Path) -> list[Row]:
     """Every non-blank line of a JSONL file, each a JSON object."""
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{path}, line {number}: invalid JSON ({e.msg}, column {e.colno})") from None
-            row = Row(str(path), number, data)
-            if not isinstance(data, dict):
-                raise row.error(f"expected a JSON object, got {type(data).__name__}")
-            rows.append(row)
+    for number, line in numbered_lines(path):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InputError(f"{path}, line {number}: invalid JSON ({e.msg}, column {e.colno})") from None
+        row = Row(str(path), number, data)
+        if not isinstance(data, dict):
+            raise row.error(f"expected a JSON object, got {type(data).__name__}")
+        rows.append(row)
     if not rows:
         raise InputError(f"{path}: no records")
     return rows
@@ -190,6 +190,14 @@ def score_texts(rewards: Mapping[str, Reward], candidates: Sequence[str], refere
     return scores
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def add_scoring_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags that choose the rewards, the input fields and the tokenization."""
     available = sorted(p.stem for p in (CONF_DIR / "reward").glob("*.yaml") if "_target_" in OmegaConf.load(p))
@@ -206,7 +214,7 @@ def add_scoring_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--reference-field", default="reference",
                    help="null values are allowed: reference-based rewards then score null")
     g.add_argument("--source-field", default=None, help="source articles, for rewards that read them")
-    g.add_argument("--batch-size", type=int, default=64)
+    g.add_argument("--batch-size", type=positive_int, default=64)
     g.add_argument("--device", default="cpu")
 
 

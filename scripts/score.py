@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from rewards.scoring import (USER_ERRORS, InputError, add_scoring_arguments, display_scale, markdown_table,
                              read_jsonl, score_rows)
@@ -26,7 +27,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--keep", nargs="+", default=[], metavar="FIELD",
                         help="input fields copied into each output line (e.g. an id)")
     add_scoring_arguments(parser)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.output and Path(args.output).resolve() == Path(args.input).resolve():
+        parser.error(f"--output {args.output} is the input file, which writing the scores would overwrite")
+    return args
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +16,7 @@ from scipy import stats
 
 from rewards.correlation import correlation, williams_matrix, williams_test
 from rewards.scoring import InputError, read_jsonl
+from trainer.sources import DataError
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
@@ -179,3 +183,40 @@ def test_scripts_report_bad_rows_by_file_and_line(tmp_path):
         load_script("score").main([str(path), "--rewards", "rouge_l"])
     with pytest.raises(InputError, match=r"broken\.jsonl, line 2: no field 'reference'"):
         load_script("correlate").main([str(path), "--human", "overall", "--rewards", "rouge_l"])
+
+
+@pytest.mark.parametrize("script, flags", [("score", []), ("correlate", ["--human", "overall"])])
+def test_scripts_report_a_missing_or_undecodable_input_in_one_line(tmp_path, script, flags):
+    with pytest.raises(DataError, match=r"missing\.jsonl: No such file or directory"):
+        load_script(script).main([str(tmp_path / "missing.jsonl"), "--rewards", "rouge_l", *flags])
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(b'{"candidate": "a", "reference": "a", "overall": 1}\n{"candidate": "caf\xe9"}\n')
+    with pytest.raises(DataError, match=r"latin1\.jsonl:2: invalid UTF-8"):
+        load_script(script).main([str(path), "--rewards", "rouge_l", *flags])
+
+
+def test_score_command_line_prints_one_line_for_a_missing_input(tmp_path):
+    result = subprocess.run([sys.executable, str(SCRIPTS / "score.py"), str(tmp_path / "missing.jsonl"),
+                             "--rewards", "rouge_l"], capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(SCRIPTS.parent)})
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [f"error: {tmp_path / 'missing.jsonl'}: No such file or directory"]
+
+
+@pytest.mark.parametrize("script, flags", [("score", []), ("correlate", ["--human", "overall"])])
+@pytest.mark.parametrize("size", ["0", "-1"])
+def test_batch_size_below_one_is_an_argument_error(tmp_path, capsys, script, flags, size):
+    path = write_jsonl(tmp_path / "rows.jsonl", [{"candidate": "a", "reference": "a", "overall": 1}])
+    with pytest.raises(SystemExit) as exit:
+        load_script(script).main([str(path), "--rewards", "rouge_l", "--batch-size", size, *flags])
+    assert exit.value.code == 2
+    assert f"argument --batch-size: must be at least 1, got {size}" in capsys.readouterr().err
+
+
+def test_score_refuses_an_output_that_is_its_input(tmp_path, capsys):
+    path = write_jsonl(tmp_path / "rows.jsonl", [{"candidate": "a", "reference": "a"}])
+    before = path.read_text()
+    with pytest.raises(SystemExit) as exit:
+        load_script("score").main([str(path), "--rewards", "rouge_l", "-o", str(tmp_path / "." / "rows.jsonl")])
+    assert exit.value.code == 2 and "is the input file" in capsys.readouterr().err
+    assert path.read_text() == before
