@@ -1,0 +1,82 @@
+"""Property-based tests (hypothesis): every configured reward stays in its range on any text, and the local
+file loaders answer garbage with an error naming the line, never a traceback of another type."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from hydra.utils import instantiate
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from omegaconf import OmegaConf
+
+from rewards.base import RewardInput
+from rewards.mover import MoverSimilarity
+from rewards.scoring import hypothesis_tokens, tokenize
+from trainer.data import SummarizationData
+from trainer.sources import DataError, LocalFile
+from trainer.vocab import Vocabulary
+
+CONF = Path(__file__).resolve().parents[1] / "conf" / "reward"
+REWARDS = sorted(p.stem for p in CONF.glob("*.yaml") if "_target_" in OmegaConf.load(p))
+# few examples, no deadline: each example scores a batch with exact EMD, and GloVe loads once per module
+FEW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+WORDS = st.sampled_from("the cat sat on a mat . snow boston ! of , it is zzyzx über naïve 89 ? --".split())
+TEXTS = st.one_of(
+    st.text(),  # any unicode (hypothesis leaves out lone surrogates, which the loaders reject)
+    st.text(alphabet=" \t\n\r\u00a0\u2028", max_size=12),  # empty or whitespace only
+    st.lists(WORDS, max_size=600).map(" ".join),  # long; stopwords only; sentences of any length
+    st.tuples(WORDS, st.integers(1, 300)).map(lambda pair: " ".join([pair[0]] * pair[1])),  # one word repeated
+)
+
+
+@pytest.fixture(scope="module")
+def rewards():
+    return {name: instantiate(OmegaConf.load(CONF / f"{name}.yaml")) for name in REWARDS}
+
+
+@pytest.mark.parametrize("name", REWARDS)
+@FEW
+@given(pairs=st.lists(st.tuples(TEXTS, st.none() | TEXTS), min_size=1, max_size=4))
+def test_rewards_stay_in_range_on_any_text(rewards, name, pairs):
+    hyps = [hypothesis_tokens(tokenize(candidate, "treebank")) for candidate, _ in pairs]
+    refs = [None if reference is None else tokenize(reference, "treebank") for _, reference in pairs]
+    words = sorted({t for h in hyps for t in h} | {t for r in refs if r for s in r for t in s})
+    inputs = RewardInput.from_texts(hyps, refs, Vocabulary(words))
+    reward = rewards[name]
+    values = reward(inputs)
+    in_range = (values >= 0) & (values <= 1)
+    if isinstance(reward, MoverSimilarity):
+        hyp_content, ref_content = (torch.from_numpy(reward.embeddings.embed_batch(inputs, side).keep.any(1))
+                                    for side in ("hyp", "ref"))
+        assert (values[~hyp_content] == 0).all()  # an empty hypothesis scores 0, whatever the reference
+        in_range |= values.isnan() & ~ref_content  # an empty reference: the example does not apply
+    assert in_range.all(), values
+
+
+GARBAGE_LINES = st.one_of(
+    st.binary(max_size=40),  # invalid UTF-8, NUL bytes, stray quotes and commas
+    st.text(max_size=40).map(str.encode),
+    st.text(st.characters(categories=["Cs"]), min_size=1, max_size=2).map(  # JSON-escaped lone surrogates
+        lambda s: json.dumps({"article": s, "highlights": "x"}).encode()),
+    st.dictionaries(st.sampled_from(["id", "article", "highlights"]),
+                    st.none() | st.booleans() | st.integers() | st.text(max_size=20) | st.lists(st.integers()),
+                    ).map(lambda row: json.dumps(row).encode()),
+)
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "csv"])
+@FEW
+@given(lines=st.lists(GARBAGE_LINES, max_size=6))
+def test_loaders_answer_garbage_with_an_error_naming_the_line(tmp_path, suffix, lines):
+    path = tmp_path / f"garbage.{suffix}"
+    path.write_bytes(b"\n".join(lines))
+    source = LocalFile(str(path))
+    try:  # the whole setup: a lone surrogate used to fail only in the vocabulary's hash
+        SummarizationData(source, source, source, cache_dir=str(tmp_path / "cache")).setup()
+    except DataError as error:  # any other exception type fails the test with its traceback
+        assert re.match(rf"{re.escape(str(path))}(:\d+: |: no usable records)", str(error)), str(error)
