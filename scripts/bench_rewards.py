@@ -79,8 +79,8 @@ def per_pair_mover(hyp_text: str, ref_text: str, glove: WordVectors, word_mass: 
         return np.array(points, dtype=np.float64), np.array(weights)
 
     (x, a), (y, b) = bag(split_at_sentence_ends(hyp_text.split())), bag(l.split() for l in ref_text.split("\n"))
-    if len(a) == 0 or len(b) == 0:
-        return 1.0 if len(a) == len(b) else 0.0
+    if len(a) == 0 or len(b) == 0:  # rewards.mover's rule: an empty hypothesis 0, else an empty reference NaN
+        return 0.0 if len(a) == 0 else math.nan
     return math.exp(-ot.emd2(a, b, ot.dist(x, y, metric="euclidean")))
 
 
