@@ -8,9 +8,11 @@ import random
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any, Callable, Iterator
 
 import pytorch_lightning as pl
-from torch.utils.data import DataLoader
+import torch
+from torch.utils.data import DataLoader, Sampler
 
 from trainer.batch import Example, collate
 from trainer.sources import DataError, Source, read_id_list
@@ -60,6 +62,48 @@ def tokenize_records(source: Source, pretokenized: bool, domain: str = "supervis
     return examples
 
 
+class ResumableShuffle(Sampler[int]):
+    """This rank's share of a seeded permutation per epoch, picked up mid-epoch on resume.
+
+    Its state is the epoch and the optimizer step at which the epoch began (one batch per step), so a run
+    resumed from any checkpoint draws the batches an uninterrupted run would have drawn."""
+
+    def __init__(self, size: int, batch_size: int, seed: int, steps: Callable[[], int], rank: int = 0,
+                 world_size: int = 1):
+        self.size, self.batch_size, self.seed, self.steps = size, batch_size, seed, steps
+        self.rank, self.world_size = rank, world_size
+        self.epoch, self.epoch_start, self._resuming = -1, 0, False
+
+    def __len__(self) -> int:
+        return -(-self.size // self.world_size)
+
+    def __iter__(self) -> Iterator[int]:
+        batches = -(-len(self) // self.batch_size)
+        skip = self.steps() - self.epoch_start if self._resuming else batches
+        self._resuming = False
+        if skip >= batches:  # a new epoch (or a resume exactly at an epoch's end)
+            self.epoch, self.epoch_start, skip = self.epoch + 1, self.steps(), 0
+        order = torch.randperm(self.size, generator=torch.Generator().manual_seed(self.seed + self.epoch)).tolist()
+        order += order[: len(self) * self.world_size - self.size]  # equal shares on every rank
+        yield from order[self.rank::self.world_size][skip * self.batch_size:]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "epoch_start": self.epoch_start}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.epoch, self.epoch_start, self._resuming = state["epoch"], state["epoch_start"], True
+
+
+class ResumableLoader(DataLoader):
+    """A DataLoader whose state Lightning saves in checkpoints and restores on resume (its sampler's)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.sampler.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.sampler.load_state_dict(state)
+
+
 class SummarizationData(pl.LightningDataModule):
     """Train/val/test splits of article-summary pairs and the vocabulary built on the training split.
 
@@ -72,7 +116,7 @@ class SummarizationData(pl.LightningDataModule):
                  vocab_size: int = 50_000, max_source_len: int = 400, max_target_len: int = 100,
                  batch_size: int = 16, eval_batch_size: int = 32, val_sample_size: int = 200,
                  test_size: int | None = None, num_workers: int = 0, cache_dir: str = "~/.cache/sumrl",
-                 name: str = "data"):
+                 name: str = "data", shuffle_seed: int = 0):
         super().__init__()
         if split is None and (val is None or test is None):
             raise ValueError("data: give `val` and `test` sources, or a `split` of the train source")
@@ -86,7 +130,7 @@ class SummarizationData(pl.LightningDataModule):
         self.vocab_size, self.max_source_len, self.max_target_len = vocab_size, max_source_len, max_target_len
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.val_sample_size, self.test_size, self.num_workers = val_sample_size, test_size, num_workers
-        self.cache_dir, self.name = Path(cache_dir).expanduser(), name
+        self.cache_dir, self.name, self.shuffle_seed = Path(cache_dir).expanduser(), name, shuffle_seed
         self.splits: dict[str, list[Example]] = {}
         self.vocab: Vocabulary | None = None
 
@@ -132,17 +176,22 @@ class SummarizationData(pl.LightningDataModule):
         vocab.save(path)
         return vocab
 
-    def _loader(self, examples: list[Example], batch_size: int, shuffle: bool) -> DataLoader:
-        return DataLoader(examples, batch_size=batch_size, shuffle=shuffle, num_workers=self.num_workers,
-                          collate_fn=partial(collate, vocab=self.vocab, max_source_len=self.max_source_len,
-                                             max_target_len=self.max_target_len))
+    def _loader(self, examples: list[Example], batch_size: int, sampler: Sampler | None = None) -> DataLoader:
+        # Its own generator: starting an iterator must not draw from the global RNG that training samples from.
+        return ResumableLoader(examples, batch_size=batch_size, sampler=sampler, num_workers=self.num_workers,
+                               generator=torch.Generator(), collate_fn=partial(collate, vocab=self.vocab, max_source_len=self.max_source_len,
+                                                  max_target_len=self.max_target_len))
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self.splits["train"], self.batch_size, shuffle=True)
+        trainer = self.trainer  # None for a loader made outside a Trainer: one process, starting at step 0
+        return self._loader(self.splits["train"], self.batch_size, ResumableShuffle(
+            len(self.splits["train"]), self.batch_size, self.shuffle_seed,
+            steps=lambda: getattr(trainer, "global_step", 0), rank=getattr(trainer, "global_rank", 0),
+            world_size=getattr(trainer, "world_size", 1)))
 
     def val_dataloader(self) -> DataLoader:
         """A fixed validation sample: the first `val_sample_size` examples of the val split."""
-        return self._loader(self.splits["val"][: self.val_sample_size], self.eval_batch_size, shuffle=False)
+        return self._loader(self.splits["val"][: self.val_sample_size], self.eval_batch_size)
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader(self.splits["test"], self.eval_batch_size, shuffle=False)
+        return self._loader(self.splits["test"], self.eval_batch_size)
