@@ -1,6 +1,8 @@
 """Self-critical training: the loss sign and masking, the no-grad baseline, and the mixed step."""
 import pytest
+import pytorch_lightning as pl
 import torch
+from torch.utils.data import DataLoader
 
 from models.decoding import rollout_rows, sample_and_greedy
 from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
@@ -185,3 +187,49 @@ def test_penalized_repeats_scale_the_reward_by_the_share_of_new_trigrams():
     assert module._reward(inputs).tolist() == [1.0, 1.0, 1.0]
     module.penalize_repeats = True
     assert module._reward(inputs).tolist() == [0.75, 1.0, 0.5]
+
+
+class InfOnArticle:
+    """A broken reward: +inf on every row of article `bad` (a non-finite loss follows), ROUGE-L elsewhere."""
+
+    name, needs_reference = "inf_on_article", True
+
+    def __init__(self, bad: str):
+        self.bad = bad
+
+    def __call__(self, inputs: RewardInput) -> torch.Tensor:
+        scores = RougeL()(inputs)
+        bad = torch.tensor([i == self.bad for i in inputs.batch.ids])
+        return torch.where(bad, torch.inf, scores)
+
+
+def test_non_finite_loss_skips_the_step_with_the_ids_and_stops_after_k(caplog):
+    module, batch = tiny_module(reward=InfOnArticle(bad="1"), gamma=1.0)
+    module.max_nonfinite_steps = 2
+    assert module.training_step(batch, 0) is None
+    assert "optimizer step skipped; articles ['0', '1', '2', '3', '4', '5']" in caplog.text
+    with pytest.raises(FloatingPointError, match="2 non-finite losses in a row.*no checkpoint was written yet"):
+        module.training_step(batch, 1)
+
+
+def test_a_finite_step_resets_the_non_finite_count():
+    module, batch = tiny_module(reward=InfOnArticle(bad="1"), gamma=1.0)
+    module.max_nonfinite_steps = 2
+    assert module.training_step(batch, 0) is None
+    module.reward.bad = "none"
+    assert torch.isfinite(module.training_step(batch, 1))
+    module.reward.bad = "1"
+    assert module.training_step(batch, 2) is None  # one in a row again, not two
+
+
+def test_a_skipped_step_leaves_the_weights_and_still_counts():
+    module, batch = tiny_module(reward=InfOnArticle(bad="1"), gamma=1.0)
+    del module.log  # inside a Trainer now
+    before = [p.detach().clone() for p in module.model.parameters()]
+    pl.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+               enable_model_summary=False, limit_val_batches=0).fit(
+        module, train_dataloaders=DataLoader([batch, batch], batch_size=None, collate_fn=lambda b: b))
+    assert all(torch.equal(a, b) for a, b in zip(before, module.model.parameters()))
+    # Lightning still counts a skipped step, so the step count stays the count of batches drawn, which is
+    # where trainer.data.ResumableShuffle resumes from.
+    assert module.trainer.global_step == 2

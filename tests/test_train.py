@@ -1,6 +1,6 @@
 """The Hydra entry point end to end on a tiny demo run: MLE trains (the loss falls), checkpoints, tests
-and writes its results; `ckpt_path=` resumes; a mixed run starts from the MLE checkpoint; `table4.py`
-collects both runs into one table."""
+and writes its results; a mixed run starts from the MLE checkpoint; `table4.py`
+collects both runs into one table. Resuming and the checks of starting points are in test_resume.py."""
 import csv
 import importlib.util
 import json
@@ -12,6 +12,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
+from trainer.checkpoints import CheckpointError
 from trainer.train import run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,19 +51,11 @@ def test_mle_run_trains_checkpoints_and_reports(mle_run):
     losses = logged(run_dir, "train/loss")
     assert len(losses) == 40 and sum(losses[-5:]) < 0.8 * sum(losses[:5])
     assert (run_dir / "checkpoints" / "best.ckpt").exists() and global_step(run_dir / "checkpoints" / "last.ckpt") == 40
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]
     assert results["n"] == 12 and set(results) >= {"rouge1", "rouge2", "rougeL", "rougeLsum", "wms", "sms", "s_wms"}
     assert json.loads((run_dir / "results.json").read_text()) == results
     summaries = [json.loads(line) for line in (run_dir / "summaries.jsonl").open()]
     assert len(summaries) == 12 and all(set(s) == {"id", "summary", "reference", "scores"} for s in summaries)
-
-
-@pytest.mark.slow
-def test_resume_continues_from_the_last_checkpoint(mle_run):
-    tmp, _ = mle_run
-    last = tmp / "mle" / "checkpoints" / "last.ckpt"
-    run(compose_run(tmp, "resumed", ["reward=mle", "trainer.max_steps=50", f"ckpt_path={last}", "test=false"]))
-    assert global_step(tmp / "resumed" / "checkpoints" / "last.ckpt") == 50
-    assert len(logged(tmp / "resumed", "train/loss")) == 10  # only the steps after the resumed one
 
 
 @pytest.mark.slow
@@ -110,7 +103,7 @@ def test_leave_one_out_needs_two_samples(tmp_path):
 
 
 def test_missing_init_checkpoint_is_named(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nowhere.ckpt"):
+    with pytest.raises(CheckpointError, match="nowhere.ckpt not found"):
         run(compose_run(tmp_path, "sms", ["reward=sms", f"mle_checkpoint={tmp_path / 'nowhere.ckpt'}"]))
 
 

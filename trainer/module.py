@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -11,8 +12,8 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from models.decoding import Decoded, beam_search, greedy, rollout_rows, sample_and_greedy
-from rewards.base import Reward, RewardInput
+from models.decoding import Decoded, beam_search, check_beam_settings, greedy, rollout_rows, sample_and_greedy
+from rewards.base import Reward, RewardInput, zero_where_not_applicable
 from rewards.rouge import RougeL
 from trainer.baselines import Baseline, GreedyBaseline
 from trainer.batch import Batch
@@ -20,6 +21,8 @@ from trainer.diagnostics import novel_ngram_rate, repeated_ngram_counts, repeate
 from trainer.evaluate import as_text, evaluate
 from trainer.schedules import Constant
 from trainer.vocab import Vocabulary, split_at_sentence_ends
+
+log = logging.getLogger(__name__)
 
 
 def self_critical_loss(sample_log_probs: Tensor, sample_lengths: Tensor, sample_reward: Tensor,
@@ -42,7 +45,7 @@ class SummarizationModule(pl.LightningModule):
                  samples: int = 1, baseline: Baseline | None = None, penalize_repeats: bool = False,
                  rl_max_len: int = 100, length_normalize: bool = False, val_max_len: int = 100,
                  beam: dict[str, Any] | None = None, metrics: dict[str, Reward] | None = None,
-                 output_dir: str = "."):
+                 max_nonfinite_steps: int = 10, output_dir: str = "."):
         super().__init__()
         self.model, self.vocab, self.optimizer_factory = model, vocab, optimizer
         self.reward, self.gamma = reward, gamma or Constant(0.0)
@@ -52,22 +55,49 @@ class SummarizationModule(pl.LightningModule):
         self.penalize_repeats = penalize_repeats
         self.rl_max_len, self.length_normalize, self.val_max_len = rl_max_len, length_normalize, val_max_len
         self.beam = dict(beam or {})
+        check_beam_settings(**self.beam)  # now, not in the test-time decode after training
         self.metrics = dict(metrics or {})
         self.output_dir = Path(output_dir)
+        self.max_nonfinite_steps, self._nonfinite_steps = max_nonfinite_steps, 0
         self.rouge_l = RougeL()
         self._test_rows: list[dict] = []
+
+    @property
+    def stage(self) -> str:
+        return "mle" if self.reward is None else "mixed"
 
     # ---------------------------------------------------------------- training
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return self.optimizer_factory(self.model.parameters())
 
-    def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
+    def training_step(self, batch: Batch, batch_idx: int) -> Tensor | None:
         enc = self.model.encode(batch)
         if self.reward is None:
             out = self.model.mle_loss(batch, enc=enc)
             self._log_train({"loss": out["loss"], "nll": out["nll"]}, len(batch))
-            return out["loss"]
-        return self._mixed_step(batch, enc)
+            loss = out["loss"]
+        else:
+            loss = self._mixed_step(batch, enc)
+        return self._guard_nonfinite(loss, batch)
+
+    def _guard_nonfinite(self, loss: Tensor, batch: Batch) -> Tensor | None:
+        """A non-finite loss (on any rank) skips the optimizer step, logged with the articles' ids; after
+        `max_nonfinite_steps` in a row the run stops, pointing at the last checkpoint (written before any of them)."""
+        finite = bool(torch.isfinite(loss))
+        if self._trainer is not None:  # every rank skips together, or DDP waits forever for the skipping one
+            finite = self.trainer.strategy.reduce_boolean_decision(finite, all=True)
+        if finite:
+            self._nonfinite_steps = 0
+            return loss
+        self._nonfinite_steps += 1
+        log.warning("step %d: non-finite loss (%s), optimizer step skipped; articles %s", self.global_step,
+                    loss.item(), batch.ids)
+        if self._nonfinite_steps >= self.max_nonfinite_steps:
+            last = self.output_dir / "checkpoints" / "last.ckpt"
+            where = f"the last good weights are in {last}" if last.exists() else "no checkpoint was written yet"
+            raise FloatingPointError(f"{self._nonfinite_steps} non-finite losses in a row (the last at step "
+                                     f"{self.global_step}): stopping; {where}")
+        return None
 
     def _mixed_step(self, batch: Batch, enc: Any) -> Tensor:
         gamma = self.gamma(self.global_step)
@@ -81,9 +111,11 @@ class SummarizationModule(pl.LightningModule):
         rows = rollout_rows(B, k, with_greedy)
         rollouts = batch.index_select(rows)
         with torch.no_grad():  # one reward call scores the samples and the greedy rows together
-            rewards = self._reward(RewardInput.from_decoded(decoded.ids, decoded.lengths, rollouts, self.vocab))
-        if self.reward.needs_reference:  # no reference, no reward signal (where, not a product: NaN·0 is NaN)
-            rewards = torch.where(rollouts.has_reference, rewards, torch.zeros_like(rewards))
+            inputs = RewardInput.from_decoded(decoded.ids, decoded.lengths, rollouts, self.vocab)
+            rewards = self._reward(inputs)
+        not_applicable = rewards.isnan().float().mean()  # NaN: the reward does not apply (e.g. no reference)
+        if self.reward.needs_reference:  # no reference, no reward signal: 0 for sample and baseline alike
+            rewards = zero_where_not_applicable(rewards, inputs)
         reward_seconds = time.perf_counter() - decode_end
         r_sample = rewards[: B * k].view(B, k)
         baseline = self.baseline(r_sample, rewards[B * k:] if with_greedy else None)
@@ -101,7 +133,7 @@ class SummarizationModule(pl.LightningModule):
         greedy_reward = {"reward_greedy": rewards[B * k:].mean()} if with_greedy else {}
         self._log_train({
             "loss": loss, "nll": mle["nll"], "rl_loss": rl.mean(), "gamma": gamma,
-            "reward_sample": r_sample.mean(), **greedy_reward,
+            "reward_sample": r_sample.mean(), **greedy_reward, "reward_not_applicable": not_applicable,
             "advantage_mean": advantage.mean(), "advantage_std": advantage.std() if advantage.numel() > 1 else 0.0,
             "sample_length": sampled.lengths.float().mean(),
             "repeated_trigrams": repeated_ngram_rate(sampled.ids, sampled.lengths, base),
@@ -141,8 +173,10 @@ class SummarizationModule(pl.LightningModule):
                   "length": inputs.hyp_lens.float().mean(),
                   "repeated_trigrams": repeated_ngram_rate(decoded.ids, decoded.lengths,
                                                            len(self.vocab) + batch.n_copy_oovs)}
-        if self.reward is not None:
-            values["reward"] = self._reward(inputs).mean()
+        if self.reward is not None:  # the mean over the rows it applies to
+            rewards = self._reward(inputs)
+            values["reward"] = torch.where(inputs.has_reference, rewards, torch.nan).nanmean() \
+                if self.reward.needs_reference else rewards.nanmean()
         for key, value in values.items():
             # sync_dist: under DDP the checkpoint monitor must see the mean over all ranks, not rank 0's share
             self.log(f"val/{key}", value, batch_size=len(batch), prog_bar=key in ("loss", "reward"), sync_dist=True)
@@ -180,5 +214,6 @@ class SummarizationModule(pl.LightningModule):
 
     # ---------------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        # Enough to rebuild the model without the run's config: its settings and vocabulary.
-        checkpoint["sumrl"] = {"model_config": asdict(self.model.config), "vocab": self.vocab.itos}
+        # Enough to rebuild the model without the run's config, and to refuse it where it does not fit.
+        checkpoint["sumrl"] = {"stage": self.stage, "model_config": asdict(self.model.config),
+                               "vocab": self.vocab.itos}

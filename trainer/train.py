@@ -3,36 +3,83 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
+import sys
 from pathlib import Path
+from typing import Any
 
 import hydra
 import pytorch_lightning as pl
 import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 
+from trainer.checkpoints import AtomicCheckpointIO, check_resume, load_model_weights
 from trainer.data import SummarizationData
 from trainer.evaluate import results_table
 from trainer.module import SummarizationModule
 
 log = logging.getLogger(__name__)
 
+# A resumed run continues in its own directory: hydra.run.dir follows ckpt_path (conf/train.yaml).
+OmegaConf.register_new_resolver("run_dir_of", lambda ckpt, default: str(run_dir_of(ckpt)) if ckpt else default,
+                                replace=True)
+RESUME_KEYS = ("seed", "stage", "data", "model", "optimizer", "module")  # a resume must not change these
 
-def load_model_weights(model: torch.nn.Module, checkpoint_path: str) -> None:
-    """Initialise `model` from a checkpoint's weights (not its optimizer): mixed runs start from MLE."""
-    path = Path(checkpoint_path).expanduser()
-    if not path.exists():
-        raise FileNotFoundError(f"init_from: checkpoint {path} not found")
-    state = torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
-    model.load_state_dict({k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")})
+
+class SettingsError(ValueError):
+    """A setting that cannot work, refused before training starts."""
+
+
+def run_dir_of(ckpt_path: str) -> Path:
+    """`<run>/checkpoints/<name>.ckpt` → `<run>`."""
+    return Path(ckpt_path).expanduser().resolve().parents[1]
+
+
+def first_difference(saved: Any, current: Any, key: str = "") -> tuple[str, Any, Any] | None:
+    """The first dotted key whose value differs between two plain config trees, or None."""
+    if isinstance(saved, dict) and isinstance(current, dict):
+        for name in sorted(set(saved) | set(current)):
+            found = first_difference(saved.get(name), current.get(name), f"{key}.{name}" if key else name)
+            if found:
+                return found
+        return None
+    return None if saved == current else (key, saved, current)
+
+
+def check_run_dir(cfg: DictConfig) -> None:
+    """A new run gets a fresh directory (a second sweep into the same folder would start from the first sweep's
+    MLE model); a resume continues its own directory, with the settings it was started with."""
+    out = Path(cfg.output_dir).expanduser().resolve()
+    saved = out / "config.yaml"
+    if cfg.ckpt_path:
+        if run_dir_of(cfg.ckpt_path) != out:
+            raise SettingsError(f"ckpt_path {cfg.ckpt_path} resumes the run in {run_dir_of(cfg.ckpt_path)}, but "
+                                f"output_dir is {out}: leave hydra.run.dir / output_dir unset when resuming")
+        if saved.exists():
+            current = OmegaConf.to_container(cfg, resolve=True)
+            old = OmegaConf.to_container(OmegaConf.load(saved))
+            found = first_difference({k: old.get(k) for k in RESUME_KEYS}, {k: current.get(k) for k in RESUME_KEYS})
+            if found:
+                raise SettingsError(f"ckpt_path: the run was started with {found[0]}={found[1]}, this resume has "
+                                    f"{found[2]}: resume with the run's own settings ({saved})")
+    elif cfg.train and saved.exists() and not any(out.glob("hpc_ckpt_*.ckpt")):  # hpc_ckpt: a SLURM requeue
+        raise SettingsError(f"output_dir {out} already holds a run: give the run (hydra.run.dir) or the sweep "
+                            f"(hydra.sweep.dir) a new folder, or resume it with ckpt_path={out}/checkpoints/last.ckpt")
 
 
 def build(cfg: DictConfig) -> tuple[SummarizationData, SummarizationModule]:
     data: SummarizationData = instantiate(cfg.data)
     data.setup()
     model = instantiate(OmegaConf.merge(cfg.model, {"config": {"vocab_size": len(data.vocab)}}))
-    if cfg.init_from:
-        load_model_weights(model, cfg.init_from)
+    if cfg.ckpt_path:
+        check_resume(cfg.ckpt_path, cfg.stage, model, data.vocab)
+    elif cfg.init_from and cfg.init_from != "none":
+        load_model_weights(model, cfg.init_from, data.vocab)
+    elif cfg.stage != "mle" and cfg.train and cfg.init_from != "none":
+        raise SettingsError(f"reward={cfg.run_name} trains the mixed stage, which starts from an MLE model: set "
+                            f"mle_checkpoint=<mle run>/checkpoints/best.ckpt (or init_from=none for random weights)")
     module = instantiate(cfg.module, model=model, vocab=data.vocab, output_dir=cfg.output_dir)
     return data, module
 
@@ -42,19 +89,24 @@ def run(cfg: DictConfig) -> dict:
     pl.seed_everything(cfg.seed, workers=True)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    data, module = build(cfg)
+    data, module = build(cfg)  # checks the starting point first: its message names the right setting
+    check_run_dir(cfg)
     loggers = [instantiate(c) for c in (cfg.logger or {}).values()]
     callbacks = [instantiate(c) for c in (cfg.callbacks or {}).values()]
-    trainer: pl.Trainer = instantiate(cfg.trainer, logger=loggers or False, callbacks=callbacks)
+    trainer: pl.Trainer = instantiate(cfg.trainer, logger=loggers or False, callbacks=callbacks,
+                                      plugins=[AtomicCheckpointIO()])
     Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
-    (Path(cfg.output_dir) / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    if not cfg.ckpt_path:  # a resume keeps the record of how the run was started (and was checked against it)
+        (Path(cfg.output_dir) / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     if cfg.train:
         if cfg.validate_at_start and module.reward is not None and not cfg.ckpt_path:
             trainer.validate(module, datamodule=data, verbose=False)  # the curve's first point: where RL starts
-        trainer.fit(module, datamodule=data, ckpt_path=cfg.ckpt_path)
-        checkpoints = trainer.checkpoint_callback
-        if checkpoints is not None and checkpoints.dirpath:  # `last` is saved on validation only: keep the end state
-            trainer.save_checkpoint(Path(checkpoints.dirpath) / f"{checkpoints.CHECKPOINT_NAME_LAST}.ckpt")
+        try:
+            trainer.fit(module, datamodule=data, ckpt_path=cfg.ckpt_path)
+        except SIGTERMException:  # the latest state is saved (LatestCheckpoint): stop, and say so to the scheduler
+            last = Path(cfg.output_dir) / "checkpoints" / "last.ckpt"
+            print(f"stopped by SIGTERM at step {trainer.global_step}; resume with ckpt_path={last}", file=sys.stderr)
+            raise SystemExit(128 + signal.SIGTERM) from None
     if not cfg.test:
         return {}
     best = getattr(trainer.checkpoint_callback, "best_model_path", "") if cfg.train else ""

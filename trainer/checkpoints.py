@@ -1,0 +1,149 @@
+"""Checkpoints that hold the latest state and starting points that are checked.
+
+- `LatestCheckpoint` writes `last.ckpt` every N optimizer steps, after every validation, at the end of fit and
+  on an interrupt (SIGTERM, SIGINT), with the RNG states, so that a resume continues the same run exactly.
+- `AtomicCheckpointIO` writes every checkpoint beside its target and renames it: a kill mid-write leaves
+  the previous file whole.
+- `checkpoint_info` / `load_model_weights` / `check_resume` refuse a checkpoint built on another vocabulary or
+  model, or from another stage, naming the file and what differs.
+"""
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
+from pytorch_lightning.callbacks import Checkpoint
+
+from trainer.vocab import Vocabulary
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot serve as asked: named, with what differs and the setting to change."""
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """torch.save beside the target, then an atomic rename over it."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.partial")
+        torch.save(checkpoint, partial)
+        os.replace(partial, path)
+
+
+def rng_states() -> dict[str, Any]:
+    """Every generator a step may draw from, as tensors and plain values (loadable with weights_only=True)."""
+    name, keys, position, has_gauss, gauss = np.random.get_state()
+    states = {"torch": torch.get_rng_state(), "numpy": (name, torch.from_numpy(keys.astype(np.int64)), position,
+                                                         has_gauss, gauss), "python": random.getstate()}
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict[str, Any]) -> None:
+    torch.set_rng_state(states["torch"])
+    name, keys, position, has_gauss, gauss = states["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), position, has_gauss, gauss))
+    random.setstate(states["python"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+class LatestCheckpoint(Checkpoint):
+    """Keeps `<dirpath>/last.ckpt` at the latest state: every `every_n_steps` optimizer steps, after each
+    validation (once the best-model callback, listed before this one, has taken the new score), at the end of
+    fit, and when SIGTERM or Ctrl-C stops the run. Carries the RNG states, restored on resume."""
+
+    def __init__(self, dirpath: str, every_n_steps: int = 100):
+        if every_n_steps < 1:
+            raise ValueError(f"checkpoint_every must be at least 1, got {every_n_steps}")
+        self.path = Path(dirpath) / "last.ckpt"
+        self.every_n_steps = every_n_steps
+        self._saved_step = -1
+
+    def save(self, trainer: pl.Trainer) -> None:
+        if trainer.sanity_checking or trainer.global_step == self._saved_step:
+            return
+        trainer.save_checkpoint(self.path)
+        self._saved_step = trainer.global_step
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        if trainer.global_step % self.every_n_steps == 0:
+            self.save(trainer)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.state.fn == "fit":
+            self._saved_step = -1  # the step is saved, but without this validation's score: save again
+            self.save(trainer)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.save(trainer)
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        if trainer.state.fn == "fit":
+            self.save(trainer)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rng": rng_states()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        set_rng_states(state_dict["rng"])
+
+
+def checkpoint_info(path: str | Path) -> dict[str, Any]:
+    """The checkpoint's own description (stage, model config, vocabulary) and its weights; errors name the file."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} not found")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as error:  # a truncated or foreign file: say which one
+        raise CheckpointError(f"checkpoint {path} cannot be read ({type(error).__name__}: {error})") from None
+    if "sumrl" not in checkpoint:
+        raise CheckpointError(f"checkpoint {path} was not written by sumrl (no 'sumrl' entry)")
+    return {**checkpoint["sumrl"], "state_dict": checkpoint["state_dict"], "global_step": checkpoint["global_step"]}
+
+
+def check_compatible(info: dict[str, Any], path: str | Path, model: torch.nn.Module, vocab: Vocabulary) -> None:
+    """Refuse a checkpoint whose vocabulary or model settings differ from this run's."""
+    theirs, ours = info["vocab"], vocab.itos
+    if theirs != ours:
+        agree = sum(a == b for a, b in zip(theirs, ours))
+        first = next((i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b), min(len(theirs), len(ours)))
+        raise CheckpointError(
+            f"checkpoint {path} was trained on another vocabulary ({agree} of {len(ours)} entries agree, the first "
+            f"difference at index {first}): use the same data and data.vocab_size / data.max_source_len")
+    ours_config = asdict(model.config)
+    for key, value in info["model_config"].items():
+        if ours_config.get(key) != value:
+            raise CheckpointError(f"checkpoint {path} has model.config.{key}={value}, this run "
+                                  f"{ours_config.get(key)}: set model.config.{key}={value}")
+
+
+def load_model_weights(model: torch.nn.Module, path: str | Path, vocab: Vocabulary) -> dict[str, Any]:
+    """Initialise `model` from a checkpoint's weights (not its optimizer), after checking it fits; returns its info."""
+    info = checkpoint_info(path)
+    check_compatible(info, path, model, vocab)
+    model.load_state_dict({k.removeprefix("model."): v for k, v in info["state_dict"].items()
+                           if k.startswith("model.")})
+    return info
+
+
+def check_resume(path: str | Path, stage: str, model: torch.nn.Module, vocab: Vocabulary) -> None:
+    """`ckpt_path` resumes a run of the same stage and model; an MLE checkpoint under a reward is a start, not a resume."""
+    info = checkpoint_info(path)
+    if info.get("stage") != stage:
+        hint = f"start from its weights with mle_checkpoint={path}" if info.get("stage") == "mle" else \
+            "resume it with its own reward setting"
+        raise CheckpointError(f"ckpt_path {path} is a checkpoint of the {info.get('stage')} stage and this run is "
+                              f"{stage}: ckpt_path resumes a run with its optimizer; {hint}")
+    check_compatible(info, path, model, vocab)
