@@ -158,3 +158,16 @@ def test_demo_corpus_is_deterministic_and_needs_copying():
             words = line.split()
             first = next(i for i, w in enumerate(words) if w in FIRST)
             assert " ".join(words[first:first + 2]) in article
+
+
+def test_damaged_vocabulary_cache_is_rebuilt_not_used(tmp_path, caplog):
+    kwargs = dict(train=DemoCorpus(200, seed=1), split=RatioSplit(0.8, 0.1, 0.1), pretokenized=True,
+                  vocab_size=300, cache_dir=str(tmp_path / "cache"), name="t")
+    data = SummarizationData(**kwargs)
+    data.setup()
+    (cached,) = (tmp_path / "cache" / "vocab").iterdir()
+    cached.write_bytes(cached.read_bytes()[:300])  # a write cut short (the old writer wrote in place)
+    again = SummarizationData(**kwargs)
+    again.setup()
+    assert again.vocab == data.vocab and len(again.vocab) == 300
+    assert "is damaged" in caplog.text and [p.name for p in (tmp_path / "cache" / "vocab").iterdir()] == [cached.name]

@@ -166,14 +166,21 @@ class SummarizationData(pl.LightningDataModule):
         digest = hashlib.sha1(json.dumps([self.vocab_size, self.max_source_len]).encode())
         for e in self.splits["train"]:
             digest.update(" ".join([e.id, *e.source, *(t for s in e.reference or [] for t in s)]).encode())
-        path = self.cache_dir / "vocab" / f"{self.name}-{digest.hexdigest()[:16]}.txt"
-        if path.exists():
-            return Vocabulary.load(path)
+        folder, key = self.cache_dir / "vocab", f"{self.name}-{digest.hexdigest()[:16]}"
+        for path in folder.glob(f"{key}-*.txt"):  # <key>-<checksum of the words>.txt
+            try:
+                vocab = Vocabulary.load(path)
+                if vocab.digest() == path.stem.rsplit("-", 1)[1]:
+                    return vocab
+            except (OSError, UnicodeDecodeError):
+                pass
+            log.warning("vocabulary cache %s is damaged (its words do not match its checksum): rebuilding", path)
+            path.unlink()
         vocab = Vocabulary.build(
             (tokens for e in self.splits["train"]
              for tokens in [e.source[: self.max_source_len], *(e.reference or [])]), self.vocab_size)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        vocab.save(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        vocab.save(folder / f"{key}-{vocab.digest()}.txt")
         return vocab
 
     def _loader(self, examples: list[Example], batch_size: int, sampler: Sampler | None = None) -> DataLoader:

@@ -8,6 +8,8 @@ Id layout of one example's extended vocabulary (See et al. 2017):
 """
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -88,8 +90,16 @@ class Vocabulary:
         ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
         return cls(w for w, _ in ranked[: max(size - len(SPECIALS), 0)])
 
+    def digest(self) -> str:
+        """A short checksum of the word list: names a cache file, so that a damaged file is recognised."""
+        return hashlib.sha1("\n".join(self.itos).encode("utf-8")).hexdigest()[:12]
+
     def save(self, path: str | Path) -> None:
-        Path(path).write_text("\n".join(self.itos[len(SPECIALS):]) + "\n", encoding="utf-8")
+        """Written beside `path`, then renamed over it: a reader never sees half a vocabulary."""
+        path = Path(path)
+        partial = path.with_name(f".{path.name}.partial")
+        partial.write_text("\n".join(self.itos[len(SPECIALS):]) + "\n", encoding="utf-8")
+        os.replace(partial, path)
 
     @classmethod
     def load(cls, path: str | Path) -> "Vocabulary":
