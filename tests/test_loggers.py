@@ -28,3 +28,10 @@ def test_offline_run_without_credentials(no_credentials):
     logger.experiment.finish()
     runs = list((no_credentials / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and any(runs[0].glob("*.wandb"))
+
+
+def test_a_resumed_run_keeps_its_wandb_id(no_credentials):
+    first = wandb_logger(save_dir=str(no_credentials), name="a")
+    again = wandb_logger(save_dir=str(no_credentials), name="a")
+    other = wandb_logger(save_dir=str(no_credentials / "other"), name="b")
+    assert first._id == again._id != other._id and len(first._id) == 12
