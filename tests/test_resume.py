@@ -178,3 +178,22 @@ def test_unreadable_checkpoint_is_named(tmp_path):
     path.write_bytes(b"PK\x03\x04 truncated")
     with pytest.raises(CheckpointError, match="cut.ckpt cannot be read"):
         run(compose_run(tmp_path, "sms", ["reward=rouge_l", f"mle_checkpoint={path}"]))
+
+
+def test_slurm_cluster_config_composes_one_job_per_point():
+    from hydra import compose, initialize_config_dir
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        cfg = compose("train", overrides=["+cluster=slurm", "experiment=cnndm_sample_grid", "reward=rouge_l",
+                                          "hydra.launcher.nodes=2", "hydra.launcher.gpus_per_node=4"],
+                      return_hydra_config=True)
+    launcher = cfg.hydra.launcher
+    assert launcher._target_.endswith("submitit_launcher.SlurmLauncher") and launcher.max_num_timeout > 0
+    assert launcher.tasks_per_node == 4 and cfg.resume_if_exists
+
+
+@pytest.mark.slow
+def test_a_requeued_run_resumes_from_its_last_checkpoint(tmp_path):
+    run(compose_run(tmp_path, "job", ["reward=mle", "trainer.max_steps=3", "test=false"]))
+    run(compose_run(tmp_path, "job", ["reward=mle", "trainer.max_steps=6", "test=false", "resume_if_exists=true"]))
+    assert global_step(tmp_path / "job" / "checkpoints" / "last.ckpt") == 6
+    assert sorted(losses(tmp_path / "job")) == list(range(6))

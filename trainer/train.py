@@ -89,6 +89,9 @@ def run(cfg: DictConfig) -> dict:
     pl.seed_everything(cfg.seed, workers=True)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    last = Path(cfg.output_dir) / "checkpoints" / "last.ckpt"
+    if cfg.resume_if_exists and not cfg.ckpt_path and last.exists():  # a requeued cluster job picks up its run
+        cfg.ckpt_path = str(last)
     data, module = build(cfg)  # checks the starting point first: its message names the right setting
     check_run_dir(cfg)
     loggers = [instantiate(c) for c in (cfg.logger or {}).values()]
@@ -104,7 +107,6 @@ def run(cfg: DictConfig) -> dict:
         try:
             trainer.fit(module, datamodule=data, ckpt_path=cfg.ckpt_path)
         except SIGTERMException:  # the latest state is saved (LatestCheckpoint): stop, and say so to the scheduler
-            last = Path(cfg.output_dir) / "checkpoints" / "last.ckpt"
             print(f"stopped by SIGTERM at step {trainer.global_step}; resume with ckpt_path={last}", file=sys.stderr)
             raise SystemExit(128 + signal.SIGTERM) from None
     if not cfg.test:
