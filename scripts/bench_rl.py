@@ -1,18 +1,24 @@
 """Self-critical mixed step vs MLE step at See et al. sizes, per reward, measured in one run.
 
     python scripts/bench_rl.py [--device cpu|cuda] [--steps 3] [--rewards rouge_l wms sms s_wms]
-                               [--set wms.embeddings.path=vectors.txt ...]
+                               [--set wms.embeddings.path=vectors.txt ...] [--memory-steps 1000]
 
 An untrained model (samples run to the 100-token limit, the worst case), batch 16, sources of 400
 tokens, targets of 100, hidden 256, embeddings 128, vocabulary 50k. For each reward: median step time
 (forward, decodes, rewards, backward, Adam), the ratio to the MLE step, and the reward's share of the
 RL step (the time inside the two reward calls, as the module logs it).
+
+`--memory-steps N` then runs N mixed steps with the first reward, cycling the batches, and reports the
+memory in use after each (CUDA allocated, or the process's resident set on CPU): its first and last
+tenth and the growth between them, drawn in `--memory-figure`.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -47,11 +53,44 @@ def time_steps(module: SummarizationModule, batches: list, warmup: int, device: 
     return statistics.median(times), statistics.median(shares)
 
 
+def memory_in_use_gib(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.memory_allocated(device) / 2**30
+    with open("/proc/self/statm") as f:  # resident pages now (ru_maxrss is a peak, blind to a slow leak)
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30
+
+
+def memory_over_steps(module: SummarizationModule, batches: list, steps: int, device: torch.device) -> list[float]:
+    optimizer = torch.optim.Adam(module.model.parameters(), lr=1e-5)
+    module.log = lambda *args, **kwargs: None
+    used = []
+    for i in range(steps):
+        loss = module.training_step(batches[i % len(batches)].to(device), i)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        used.append(memory_in_use_gib(device))
+    return used
+
+
+def plot_memory(used: list[float], label: str, path: Path) -> None:
+    from matplotlib.figure import Figure
+    figure = Figure(figsize=(6, 3.2))
+    axes = figure.subplots()
+    axes.plot(range(1, len(used) + 1), used)
+    axes.set(xlabel="mixed step", ylabel="memory in use (GiB)", title=label, ylim=(0, max(used) * 1.15))
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--rewards", nargs="+", default=["rouge_l", "wms", "sms", "s_wms"])
     parser.add_argument("--set", nargs="*", default=[], metavar="LABEL.KEY=VALUE", help="reward config overrides")
+    parser.add_argument("--memory-steps", type=int, default=0)
+    parser.add_argument("--memory-figure", type=Path, default=Path("docs/rl_memory.png"))
     args, device, vocab = see_et_al_setup(parser, steps=3)
     n = args.warmup + args.steps
     examples = list(read_examples(args.data, n * 16))
@@ -71,6 +110,16 @@ def main() -> None:
         rl_time, share = time_steps(module(reward), batches, args.warmup, device)
         print(f"| mixed, {name} | {rl_time:.2f} | {rl_time / mle_time:.2f} | {100 * share:.1f}% |", flush=True)
     print(f"peak memory {peak_memory_gib(device):.2f} GiB ({'CUDA max allocated' if device.type == 'cuda' else 'max RSS'})")
+    if args.memory_steps:
+        name, reward = next(iter(rewards.items()))
+        used = memory_over_steps(module(reward), batches, args.memory_steps, device)
+        tenth = max(len(used) // 10, 1)
+        first, last = statistics.mean(used[:tenth]), statistics.mean(used[-tenth:])
+        print(f"memory in use over {len(used)} mixed steps ({name}): first tenth {first:.3f} GiB, last tenth "
+              f"{last:.3f} GiB, growth {last - first:+.3f} GiB ({100 * (last / first - 1):+.1f}%)")
+        label = f"{len(used)} mixed steps ({name}), {args.device}, batch 16, See et al. sizes"
+        plot_memory(used, label, args.memory_figure)
+        print(f"figure: {args.memory_figure}")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ collects both runs into one table. Resuming and the checks of starting points ar
 import csv
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -99,7 +100,7 @@ def test_leave_one_out_with_k_samples_trains(mle_run):
 
 def test_leave_one_out_needs_two_samples(tmp_path):
     with pytest.raises(Exception, match="rl.samples >= 2"):  # raised while building, before any training
-        run(compose_run(tmp_path, "rloo", ["reward=rouge_l", "rl/baseline=leave_one_out"]))
+        run(compose_run(tmp_path, "rloo", ["reward=rouge_l", "rl/baseline=leave_one_out", "init_from=none"]))
 
 
 def test_missing_init_checkpoint_is_named(tmp_path):
@@ -114,8 +115,15 @@ def test_ddp_on_two_cpu_processes_trains_and_tests_the_whole_test_set(tmp_path):
     overrides = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.max_steps=4",
                  "reward=mle", f"output_dir={tmp_path / 'ddp'}", f"hydra.run.dir={tmp_path / 'hydra'}",
                  f"cache_dir={tmp_path / 'cache'}", *TINY, "trainer.val_check_interval=2"]
+    probe = tmp_path / "probe"
+    overrides += ["+callbacks.digest._target_=ddp_probe.ParameterDigest", f"+callbacks.digest.path={probe}"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-m", "trainer.train", *overrides], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [json.loads((probe / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["params"] == ranks[1]["params"]  # identical parameters on both ranks after training
+    assert len(ranks[0]["ids"]) == len(ranks[1]["ids"]) == 4 * 16  # 4 steps of batch 16 on each rank
+    assert not set(ranks[0]["ids"]) & set(ranks[1]["ids"])  # each rank its own share of the training data
     assert json.loads((tmp_path / "ddp" / "results.json").read_text())["n"] == 12
     assert len((tmp_path / "ddp" / "summaries.jsonl").read_text().splitlines()) == 12

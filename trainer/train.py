@@ -13,6 +13,7 @@ import pytorch_lightning as pl
 import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.utilities import rank_zero_only
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from trainer.checkpoints import AtomicCheckpointIO, check_resume, load_model_weights
@@ -64,7 +65,8 @@ def check_run_dir(cfg: DictConfig) -> None:
             if found:
                 raise SettingsError(f"ckpt_path: the run was started with {found[0]}={found[1]}, this resume has "
                                     f"{found[2]}: resume with the run's own settings ({saved})")
-    elif cfg.train and saved.exists() and not any(out.glob("hpc_ckpt_*.ckpt")):  # hpc_ckpt: a SLURM requeue
+    elif cfg.train and rank_zero_only.rank == 0 and saved.exists() and not any(out.glob("hpc_ckpt_*.ckpt")):
+        # (other DDP ranks start in rank 0's directory; hpc_ckpt: Lightning's own SLURM requeue)
         raise SettingsError(f"output_dir {out} already holds a run: give the run (hydra.run.dir) or the sweep "
                             f"(hydra.sweep.dir) a new folder, or resume it with ckpt_path={out}/checkpoints/last.ckpt")
 
@@ -78,8 +80,8 @@ def build(cfg: DictConfig) -> tuple[SummarizationData, SummarizationModule]:
     elif cfg.init_from and cfg.init_from != "none":
         load_model_weights(model, cfg.init_from, data.vocab)
     elif cfg.stage != "mle" and cfg.train and cfg.init_from != "none":
-        raise SettingsError(f"reward={cfg.run_name} trains the mixed stage, which starts from an MLE model: set "
-                            f"mle_checkpoint=<mle run>/checkpoints/best.ckpt (or init_from=none for random weights)")
+        raise SettingsError("a reward other than mle trains the mixed stage, which starts from an MLE model: set "
+                            "mle_checkpoint=<mle run>/checkpoints/best.ckpt (or init_from=none for random weights)")
     module = instantiate(cfg.module, model=model, vocab=data.vocab, output_dir=cfg.output_dir)
     return data, module
 
