@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer.checkpoints import AtomicCheckpointIO, CheckpointError
+from trainer.checkpoints import AtomicCheckpointIO, CheckpointError, LatestCheckpoint
 from trainer.train import SettingsError, run
 
 from test_train import ROOT, TINY, compose_run, global_step
@@ -99,12 +99,14 @@ def test_sigterm_checkpoints_and_exits_non_zero(tmp_path):
 
 
 @pytest.mark.slow
-def test_last_checkpoint_follows_every_validation_without_improvement(tmp_path):
-    # lr 0: the first validation is the best one; last.ckpt must still follow each later validation.
+def test_last_checkpoint_follows_every_validation_without_improvement(tmp_path, monkeypatch):
+    # lr 0: the first validation is the best one; last.ckpt must still follow each later validation (it
+    # stayed at the best one's step: a kill lost every step since). No end-of-fit save: as if killed at 17.
+    monkeypatch.setattr(LatestCheckpoint, "on_train_end", lambda *args: None)
     run(compose_run(tmp_path, "flat", ["reward=mle", "stages.mle.lr=0", "trainer.max_steps=17",
                                        "trainer.val_check_interval=5", "checkpoint_every=1000", "test=false"]))
     checkpoints = tmp_path / "flat" / "checkpoints"
-    assert global_step(checkpoints / "best.ckpt") == 5 and global_step(checkpoints / "last.ckpt") == 17
+    assert global_step(checkpoints / "best.ckpt") == 5 and global_step(checkpoints / "last.ckpt") == 15
     saved = torch.load(checkpoints / "last.ckpt", map_location="cpu", weights_only=True)
     best_state = next(v for k, v in saved["callbacks"].items() if k.startswith("ModelCheckpoint"))
     assert best_state["best_model_path"].endswith("best.ckpt")
@@ -197,3 +199,25 @@ def test_a_requeued_run_resumes_from_its_last_checkpoint(tmp_path):
     run(compose_run(tmp_path, "job", ["reward=mle", "trainer.max_steps=6", "test=false", "resume_if_exists=true"]))
     assert global_step(tmp_path / "job" / "checkpoints" / "last.ckpt") == 6
     assert sorted(losses(tmp_path / "job")) == list(range(6))
+
+
+@pytest.mark.slow
+def test_sigusr1_checkpoints_and_training_goes_on(tmp_path):
+    run_dir = tmp_path / "usr1"
+    # No validation and no periodic checkpoint: only the signal can write last.ckpt.
+    process = subprocess.Popen(train_command(run_dir, ["reward=mle", "trainer.max_steps=100000", "threads=1",
+                                                       "checkpoint_every=100000", "+trainer.limit_val_batches=0"]),
+                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + TIMEOUT
+        while not (run_dir / "config.yaml").exists() and time.time() < deadline and process.poll() is None:
+            time.sleep(0.2)
+        time.sleep(5)  # fit has begun (config.yaml is written just before it)
+        assert not (run_dir / "checkpoints" / "last.ckpt").exists()
+        process.send_signal(signal.SIGUSR1)
+        last = run_dir / "checkpoints" / "last.ckpt"
+        wait_for_checkpoint(process, last, 1)
+        assert process.poll() is None  # still training
+    finally:
+        process.kill()
+        process.wait()

@@ -161,6 +161,24 @@ def test_rows_without_reference_get_zero_reward_even_when_it_is_nan():
     torch.testing.assert_close(loss, module.training_step(batch, 0))
 
 
+class NaNOnFirstArticle:
+    """A reference-free reward that does not apply to article "0" (NaN there)."""
+
+    name, needs_reference = "nan_on_first", False
+
+    def __call__(self, inputs: RewardInput) -> torch.Tensor:
+        scores = RougeL()(inputs)
+        return torch.where(torch.tensor([i == "0" for i in inputs.batch.ids]), torch.nan, scores)
+
+
+def test_rows_a_reward_does_not_apply_to_get_zero_and_are_counted():
+    module, batch = tiny_module(reward=NaNOnFirstArticle(), gamma=1.0)
+    logged = {}
+    module.log = lambda name, value, **kwargs: logged.__setitem__(name, float(value))
+    loss = module.training_step(batch, 0)
+    assert torch.isfinite(loss) and logged["train/reward_not_applicable"] == pytest.approx(1 / 6)
+
+
 def test_batch_index_select_repeats_rows_and_lists():
     _, batch = tiny_module()
     picked = batch.index_select([2, 2, 0])

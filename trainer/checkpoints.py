@@ -1,7 +1,8 @@
 """Checkpoints that hold the latest state and starting points that are checked.
 
-- `LatestCheckpoint` writes `last.ckpt` every N optimizer steps, after every validation, at the end of fit and
-  on an interrupt (SIGTERM, SIGINT), with the RNG states, so that a resume continues the same run exactly.
+- `LatestCheckpoint` writes `last.ckpt` every N optimizer steps, after every validation, at the end of fit, on
+  an interrupt (SIGTERM, SIGINT) and on request (SIGUSR1), with the RNG states, so that a resume continues the
+  same run exactly.
 - `AtomicCheckpointIO` writes every checkpoint beside its target and renames it: a kill mid-write leaves
   the previous file whole.
 - `checkpoint_info` / `load_model_weights` / `check_resume` refuse a checkpoint built on another vocabulary or
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import os
 import random
+import signal
+import threading
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,7 @@ import pytorch_lightning as pl
 import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 from pytorch_lightning.callbacks import Checkpoint
+from pytorch_lightning.plugins.environments import SLURMEnvironment
 
 from trainer.vocab import Vocabulary
 
@@ -61,7 +65,8 @@ def set_rng_states(states: dict[str, Any]) -> None:
 class LatestCheckpoint(Checkpoint):
     """Keeps `<dirpath>/last.ckpt` at the latest state: every `every_n_steps` optimizer steps, after each
     validation (once the best-model callback, listed before this one, has taken the new score), at the end of
-    fit, and when SIGTERM or Ctrl-C stops the run. Carries the RNG states, restored on resume."""
+    fit, when SIGTERM or Ctrl-C stops the run, and after the step during which SIGUSR1 arrived (outside SLURM,
+    where Lightning's requeue owns that signal). Carries the RNG states, restored on resume."""
 
     def __init__(self, dirpath: str, every_n_steps: int = 100):
         if every_n_steps < 1:
@@ -69,6 +74,19 @@ class LatestCheckpoint(Checkpoint):
         self.path = Path(dirpath) / "last.ckpt"
         self.every_n_steps = every_n_steps
         self._saved_step = -1
+        self._requested, self._previous_handler = False, None
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage == "fit" and not SLURMEnvironment.detect() and threading.current_thread() is threading.main_thread():
+            self._previous_handler = signal.signal(signal.SIGUSR1, self._request)
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self._previous_handler is not None:
+            signal.signal(signal.SIGUSR1, self._previous_handler)
+            self._previous_handler = None
+
+    def _request(self, signum: int, frame: Any) -> None:
+        self._requested = True
 
     def save(self, trainer: pl.Trainer) -> None:
         if trainer.sanity_checking or trainer.global_step == self._saved_step:
@@ -77,7 +95,9 @@ class LatestCheckpoint(Checkpoint):
         self._saved_step = trainer.global_step
 
     def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
-        if trainer.global_step % self.every_n_steps == 0:
+        requested = trainer.strategy.reduce_boolean_decision(self._requested, all=False)  # any rank asked
+        if requested or trainer.global_step % self.every_n_steps == 0:
+            self._requested = False
             self.save(trainer)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -139,7 +159,7 @@ def load_model_weights(model: torch.nn.Module, path: str | Path, vocab: Vocabula
 
 
 def check_resume(path: str | Path, stage: str, model: torch.nn.Module, vocab: Vocabulary) -> None:
-    """`ckpt_path` resumes a run of the same stage and model; an MLE checkpoint under a reward is a start, not a resume."""
+    """`ckpt_path` resumes a run of the same stage and model (an MLE checkpoint under a reward is a start)."""
     info = checkpoint_info(path)
     if info.get("stage") != stage:
         hint = f"start from its weights with mle_checkpoint={path}" if info.get("stage") == "mle" else \

@@ -185,9 +185,10 @@ class SummarizationData(pl.LightningDataModule):
 
     def _loader(self, examples: list[Example], batch_size: int, sampler: Sampler | None = None) -> DataLoader:
         # Its own generator: starting an iterator must not draw from the global RNG that training samples from.
+        collate_batch = partial(collate, vocab=self.vocab, max_source_len=self.max_source_len,
+                                max_target_len=self.max_target_len)
         return ResumableLoader(examples, batch_size=batch_size, sampler=sampler, num_workers=self.num_workers,
-                               generator=torch.Generator(), collate_fn=partial(collate, vocab=self.vocab, max_source_len=self.max_source_len,
-                                                  max_target_len=self.max_target_len))
+                               generator=torch.Generator(), collate_fn=collate_batch)
 
     def train_dataloader(self) -> DataLoader:
         trainer = self.trainer  # None for a loader made outside a Trainer: one process, starting at step 0

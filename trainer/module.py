@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from models.decoding import Decoded, beam_search, check_beam_settings, greedy, rollout_rows, sample_and_greedy
-from rewards.base import Reward, RewardInput, zero_where_not_applicable
+from rewards.base import Reward, RewardInput
 from rewards.rouge import RougeL
 from trainer.baselines import Baseline, GreedyBaseline
 from trainer.batch import Batch
@@ -113,9 +113,12 @@ class SummarizationModule(pl.LightningModule):
         with torch.no_grad():  # one reward call scores the samples and the greedy rows together
             inputs = RewardInput.from_decoded(decoded.ids, decoded.lengths, rollouts, self.vocab)
             rewards = self._reward(inputs)
-        not_applicable = rewards.isnan().float().mean()  # NaN: the reward does not apply (e.g. no reference)
-        if self.reward.needs_reference:  # no reference, no reward signal: 0 for sample and baseline alike
-            rewards = zero_where_not_applicable(rewards, inputs)
+        # NaN: the reward does not apply (a reference without content, say); nor does a reference-based reward
+        # without a reference. Such rows get 0, sample and baseline alike (where, not a product: NaN·0 is NaN).
+        not_applicable = rewards.isnan()
+        if self.reward.needs_reference:
+            not_applicable |= ~inputs.has_reference
+        rewards = torch.where(not_applicable, torch.zeros_like(rewards), rewards)
         reward_seconds = time.perf_counter() - decode_end
         r_sample = rewards[: B * k].view(B, k)
         baseline = self.baseline(r_sample, rewards[B * k:] if with_greedy else None)
@@ -133,7 +136,7 @@ class SummarizationModule(pl.LightningModule):
         greedy_reward = {"reward_greedy": rewards[B * k:].mean()} if with_greedy else {}
         self._log_train({
             "loss": loss, "nll": mle["nll"], "rl_loss": rl.mean(), "gamma": gamma,
-            "reward_sample": r_sample.mean(), **greedy_reward, "reward_not_applicable": not_applicable,
+            "reward_sample": r_sample.mean(), **greedy_reward, "reward_not_applicable": not_applicable.float().mean(),
             "advantage_mean": advantage.mean(), "advantage_std": advantage.std() if advantage.numel() > 1 else 0.0,
             "sample_length": sampled.lengths.float().mean(),
             "repeated_trigrams": repeated_ngram_rate(sampled.ids, sampled.lengths, base),

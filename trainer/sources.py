@@ -114,7 +114,8 @@ class LocalFile:
         self.path = Path(path).expanduser()
         self.fields = fields or Fields()
         suffix = self.path.suffix.lstrip(".").lower()
-        self.format = format or {"json": "jsonl", "jsonl": "jsonl", "csv": "csv", "parquet": "parquet"}.get(suffix, suffix)
+        formats = {"json": "jsonl", "jsonl": "jsonl", "csv": "csv", "parquet": "parquet"}
+        self.format = format or formats.get(suffix, suffix)
         self.limit = limit
         if self.format not in ("jsonl", "csv", "parquet"):
             raise DataError(f"{self.path}: unknown format {self.format!r} (expected jsonl, csv or parquet)")
