@@ -9,8 +9,9 @@ tokens, targets of 100, hidden 256, embeddings 128, vocabulary 50k. For each rew
 RL step (the time inside the two reward calls, as the module logs it).
 
 `--memory-steps N` then runs N mixed steps with the first reward, cycling the batches, and reports the
-memory in use after each (CUDA allocated, or the process's resident set on CPU): its first and last
-tenth and the growth between them, drawn in `--memory-figure`.
+memory in use after each (CUDA allocated, or the process's resident set on CPU): its first tenth (after
+the first step, which allocates Adam's state) and last tenth and the growth between them, drawn in
+`--memory-figure`.
 """
 from __future__ import annotations
 
@@ -114,7 +115,7 @@ def main() -> None:
         name, reward = next(iter(rewards.items()))
         used = memory_over_steps(module(reward), batches, args.memory_steps, device)
         tenth = max(len(used) // 10, 1)
-        first, last = statistics.mean(used[:tenth]), statistics.mean(used[-tenth:])
+        first, last = statistics.mean(used[1:1 + tenth]), statistics.mean(used[-tenth:])  # step 1: Adam's state
         print(f"memory in use over {len(used)} mixed steps ({name}): first tenth {first:.3f} GiB, last tenth "
               f"{last:.3f} GiB, growth {last - first:+.3f} GiB ({100 * (last / first - 1):+.1f}%)")
         label = f"{len(used)} mixed steps ({name}), {args.device}, batch 16, See et al. sizes"

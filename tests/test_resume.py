@@ -221,3 +221,18 @@ def test_sigusr1_checkpoints_and_training_goes_on(tmp_path):
     finally:
         process.kill()
         process.wait()
+
+
+@pytest.mark.slow
+def test_submitit_local_launcher_runs_a_sweep_point_per_job(tmp_path):
+    # The SLURM launcher's local twin (same plugin, jobs as local processes): what this machine can run.
+    sweep = tmp_path / "sweep"
+    done = subprocess.run([sys.executable, "-m", "trainer.train", "-m", "hydra/launcher=submitit_local",
+                           f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=${hydra.job.num}",
+                           "hydra.launcher.timeout_min=10", "reward=mle",
+                           "trainer.max_steps=2,3", "test=false", f"cache_dir={tmp_path / 'cache'}", *TINY],
+                          cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = sorted(global_step(p) for p in sweep.glob("*/checkpoints/last.ckpt"))
+    jobs = [d for d in (sweep / ".submitit").iterdir() if d.name.isdigit()]  # one submitit job per point
+    assert steps == [2, 3] and len(jobs) == 2
