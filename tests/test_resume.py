@@ -236,3 +236,10 @@ def test_submitit_local_launcher_runs_a_sweep_point_per_job(tmp_path):
     steps = sorted(global_step(p) for p in sweep.glob("*/checkpoints/last.ckpt"))
     jobs = [d for d in (sweep / ".submitit").iterdir() if d.name.isdigit()]  # one submitit job per point
     assert steps == [2, 3] and len(jobs) == 2
+
+
+def test_first_difference_names_the_changed_setting_and_ignores_settings_added_since():
+    from trainer.train import first_difference
+    saved = {"optimizer": {"lr": 1e-5}, "data": {"name": "demo"}}
+    assert first_difference(saved, {"optimizer": {"lr": 1e-3}, "data": {"name": "demo"}}) == ("optimizer.lr", 1e-5, 1e-3)
+    assert first_difference(saved, {"optimizer": {"lr": 1e-5}, "data": {"name": "demo", "shuffle_seed": 0}}) is None

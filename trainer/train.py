@@ -39,9 +39,10 @@ def run_dir_of(ckpt_path: str) -> Path:
 
 
 def first_difference(saved: Any, current: Any, key: str = "") -> tuple[str, Any, Any] | None:
-    """The first dotted key whose value differs between two plain config trees, or None."""
+    """The first dotted key whose value differs between two plain config trees, or None. Keys the saved tree
+    lacks are settings added to sumrl since that run started: not a change."""
     if isinstance(saved, dict) and isinstance(current, dict):
-        for name in sorted(set(saved) | set(current)):
+        for name in sorted(saved):
             found = first_difference(saved.get(name), current.get(name), f"{key}.{name}" if key else name)
             if found:
                 return found
