@@ -120,17 +120,18 @@ class LatestCheckpoint(Checkpoint):
 
 
 def checkpoint_info(path: str | Path) -> dict[str, Any]:
-    """The checkpoint's own description (stage, model config, vocabulary) and its weights; errors name the file."""
+    """The checkpoint's own description (stage, model config, vocabulary) and its weights; errors name the file.
+    Memory-mapped: a resume reads the file again through Lightning, so this pass reads only what it uses."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} not found")
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
     except Exception as error:  # a truncated or foreign file: say which one
         raise CheckpointError(f"checkpoint {path} cannot be read ({type(error).__name__}: {error})") from None
     if "sumrl" not in checkpoint:
         raise CheckpointError(f"checkpoint {path} was not written by sumrl (no 'sumrl' entry)")
-    return {**checkpoint["sumrl"], "state_dict": checkpoint["state_dict"], "global_step": checkpoint["global_step"]}
+    return {**checkpoint["sumrl"], "state_dict": checkpoint["state_dict"]}
 
 
 def check_compatible(info: dict[str, Any], path: str | Path, model: torch.nn.Module, vocab: Vocabulary) -> None:
@@ -149,13 +150,12 @@ def check_compatible(info: dict[str, Any], path: str | Path, model: torch.nn.Mod
                                   f"{ours_config.get(key)}: set model.config.{key}={value}")
 
 
-def load_model_weights(model: torch.nn.Module, path: str | Path, vocab: Vocabulary) -> dict[str, Any]:
-    """Initialise `model` from a checkpoint's weights (not its optimizer), after checking it fits; returns its info."""
+def load_model_weights(model: torch.nn.Module, path: str | Path, vocab: Vocabulary) -> None:
+    """Initialise `model` from a checkpoint's weights (not its optimizer), after checking it fits."""
     info = checkpoint_info(path)
     check_compatible(info, path, model, vocab)
     model.load_state_dict({k.removeprefix("model."): v for k, v in info["state_dict"].items()
                            if k.startswith("model.")})
-    return info
 
 
 def check_resume(path: str | Path, stage: str, model: torch.nn.Module, vocab: Vocabulary) -> None:

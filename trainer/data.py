@@ -183,12 +183,14 @@ class SummarizationData(pl.LightningDataModule):
         vocab.save(folder / f"{key}-{vocab.digest()}.txt")
         return vocab
 
-    def _loader(self, examples: list[Example], batch_size: int, sampler: Sampler | None = None) -> DataLoader:
+    def _loader(self, examples: list[Example], batch_size: int, sampler: ResumableShuffle | None = None
+                ) -> DataLoader:
         # Its own generator: starting an iterator must not draw from the global RNG that training samples from.
         collate_batch = partial(collate, vocab=self.vocab, max_source_len=self.max_source_len,
                                 max_target_len=self.max_target_len)
-        return ResumableLoader(examples, batch_size=batch_size, sampler=sampler, num_workers=self.num_workers,
-                               generator=torch.Generator(), collate_fn=collate_batch)
+        loader = DataLoader if sampler is None else ResumableLoader  # val and test hold no state to resume
+        return loader(examples, batch_size=batch_size, sampler=sampler, num_workers=self.num_workers,
+                      generator=torch.Generator(), collate_fn=collate_batch)
 
     def train_dataloader(self) -> DataLoader:
         trainer = self.trainer  # None for a loader made outside a Trainer: one process, starting at step 0
