@@ -70,12 +70,14 @@ class RewardInput:
     @classmethod
     def from_texts(cls, hypotheses: list[list[str]], references: list[list[list[str]] | None],
                    vocab: Vocabulary, sources: list[list[str]] | None = None,
-                   device: torch.device | str = "cpu") -> "RewardInput":
+                   device: torch.device | str = "cpu", source_texts: list[str] | None = None) -> "RewardInput":
         """Score plain token lists (scripts, evaluation): hypotheses become extended ids of
-        `vocab`, sharing each example's OOV list with its source and reference."""
+        `vocab`, sharing each example's OOV list with its source and reference. `source_texts`: the
+        articles as text, for rewards that read text (default: their tokens joined)."""
         sources = sources or [[] for _ in hypotheses]
-        examples = [Example(id=str(i), source=s, reference=r)
-                    for i, (s, r) in enumerate(zip(sources, references))]
+        texts = source_texts or [None] * len(hypotheses)
+        examples = [Example(id=str(i), source=s, reference=r, text=t)
+                    for i, (s, r, t) in enumerate(zip(sources, references, texts))]
         batch = collate(examples, vocab, max_source_len=10**9, max_target_len=10**9)
         hyp = [vocab.extended_ids(h, oovs) for h, oovs in zip(hypotheses, batch.oovs)]
         width = max([len(h) for h in hyp] + [1])
@@ -92,6 +94,12 @@ class Reward(Protocol):
     Reference-based rewards (`needs_reference`) may return anything for examples without a
     reference, and NaN where the reference gives nothing to compare with (the mover's similarities
     on a reference without a content word); callers mask both (`zero_where_not_applicable`).
+
+    A reward may own a frozen network (the QA rewards): it keeps it off the LightningModule (not a
+    submodule, so no optimizer, DDP wrapper or checkpoint sees it), in eval mode without gradients,
+    runs it under `inference_mode` and moves it to its inputs' device on use. Per-article work is
+    cached by article id. An optional `diagnostics` dict describes the last call (logged as
+    `train/reward/<key>`).
     """
 
     name: str
@@ -127,6 +135,13 @@ class WeightedSum:
             out[key] = zero_where_not_applicable(value, inputs) if term.needs_reference else value
         return out
 
-    def __call__(self, inputs: RewardInput) -> Tensor:
-        parts = self.components(inputs)
+    def total(self, parts: Mapping[str, Tensor]) -> Tensor:
+        """The weighted sum of `components`."""
         return sum(self.weights[k] * v for k, v in parts.items())
+
+    def __call__(self, inputs: RewardInput) -> Tensor:
+        return self.total(self.components(inputs))
+
+    @property
+    def diagnostics(self) -> dict[str, float]:
+        return {k: v for term in self.terms.values() for k, v in getattr(term, "diagnostics", {}).items()}

@@ -103,6 +103,17 @@ def read_jsonl(path: str | Path) -> list[Row]:
     return rows
 
 
+def parse_exclusions(values: Sequence[str]) -> list[tuple[str, str]]:
+    """`--exclude FIELD=VALUE ...` as (field, value) pairs (see `Row.matches`)."""
+    pairs = []
+    for value in values:
+        field, sep, target = value.partition("=")
+        if not sep or not field:
+            raise InputError(f"--exclude wants FIELD=VALUE, got {value!r}")
+        pairs.append((field, target))
+    return pairs
+
+
 def parse_reward_spec(spec: str) -> tuple[str, str]:
     """`NAME` or `LABEL=NAME` -> (label, config name). A label lets one config appear twice."""
     label, _, config = spec.rpartition("=")
@@ -130,8 +141,8 @@ def compose_rewards(specs: Sequence[str], overrides: Sequence[str] = (),
 
 
 def display_scale(reward: Reward) -> int:
-    """The factor the paper prints a reward's mean with: ROUGE x100, mover's metrics x1000."""
-    if reward.name.startswith("rouge"):
+    """The factor the papers print a reward's mean with: ROUGE and QA metrics x100, mover's metrics x1000."""
+    if reward.name.startswith(("rouge", "qa_")):
         return 100
     return 1000 if reward.name in _MOVER_NAMES else 1
 
@@ -181,7 +192,8 @@ def score_texts(rewards: Mapping[str, Reward], candidates: Sequence[str], refere
         for start in range(0, len(candidates), batch_size):
             window = slice(start, start + batch_size)
             inputs = RewardInput.from_texts(hyps[window], refs[window], vocab,
-                                            None if srcs is None else srcs[window], device=device)
+                                            None if srcs is None else srcs[window], device=device,
+                                            source_texts=None if sources is None else list(sources[window]))
             for label in labels:
                 values = rewards[label](inputs).float().cpu().tolist()
                 if rewards[label].needs_reference:

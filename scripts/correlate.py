@@ -21,10 +21,10 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from typing import Sequence
 
 from rewards.correlation import CORRELATIONS, correlation, williams_matrix
-from rewards.scoring import USER_ERRORS, InputError, add_scoring_arguments, markdown_table, read_jsonl, score_rows
+from rewards.scoring import (USER_ERRORS, InputError, add_scoring_arguments, markdown_table, parse_exclusions, read_jsonl,
+                             score_rows)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -39,16 +39,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="correlation the Williams test compares (default: spearman, as Clark et al.)")
     add_scoring_arguments(parser)
     return parser.parse_args(argv)
-
-
-def parse_exclusions(values: Sequence[str]) -> list[tuple[str, str]]:
-    pairs = []
-    for value in values:
-        field, sep, target = value.partition("=")
-        if not sep or not field:
-            raise InputError(f"--exclude wants FIELD=VALUE, got {value!r}")
-        pairs.append((field, target))
-    return pairs
 
 
 def format_p(p: float) -> str:

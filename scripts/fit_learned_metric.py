@@ -26,7 +26,8 @@ from typing import Sequence
 import numpy as np
 from scipy.stats import spearmanr
 
-from rewards.scoring import CONF_DIR, USER_ERRORS, InputError, Row, markdown_table, positive_int, read_jsonl
+from rewards.scoring import (CONF_DIR, USER_ERRORS, InputError, Row, markdown_table, parse_exclusions, positive_int,
+                             read_jsonl)
 
 
 @dataclass(frozen=True)
@@ -125,12 +126,7 @@ def reward_config(fit: SubsetFit, source: str, n: int, target: str, name: str | 
 def main(argv: list[str] | None = None) -> list[SubsetFit]:
     """Print the table and the best subset's config; returns the fits, best first."""
     args = parse_args(argv)
-    exclusions = []
-    for value in args.exclude:
-        field, sep, wanted = value.partition("=")
-        if not sep or not field:
-            raise InputError(f"--exclude wants FIELD=VALUE, got {value!r}")
-        exclusions.append((field, wanted))
+    exclusions = parse_exclusions(args.exclude)
     rows = [row for row in read_jsonl(args.input) if not any(row.matches(f, v) for f, v in exclusions)]
     used = [row for row in rows if all(row.number(f) is not None for f in args.features + args.target)]
     if len(used) < 6:  # each half needs 3 rows for a rank correlation to mean anything

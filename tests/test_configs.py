@@ -21,7 +21,8 @@ def compose_train(overrides):
 
 
 @pytest.mark.parametrize("group", ["data", "model", "optimizer", "reward", "gamma", "logger", "callbacks"])
-def test_group_options_compose_and_instantiate(group, tmp_path):
+def test_group_options_compose_and_instantiate(group, tmp_path, tiny_qa_model, monkeypatch):
+    monkeypatch.setenv("SUMRL_QA_MODEL", tiny_qa_model)  # the QA rewards' model (conf/qa/default.yaml)
     for option in options(group):
         overrides = [f"{group}={option}"]
         if option == "local":

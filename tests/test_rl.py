@@ -202,9 +202,9 @@ def test_penalized_repeats_scale_the_reward_by_the_share_of_new_trigrams():
             v.ids("the the the the".split()) + [v.eos_id, v.pad_id, v.pad_id]]  # 2 trigrams, 1 repeat -> 1/2
     ids = torch.tensor(rows)
     inputs = RewardInput.from_decoded(ids, torch.tensor([7, 7, 5]), batch.index_select([0, 1, 2]), v)
-    assert module._reward(inputs).tolist() == [1.0, 1.0, 1.0]
+    assert module._reward(inputs)[0].tolist() == [1.0, 1.0, 1.0]
     module.penalize_repeats = True
-    assert module._reward(inputs).tolist() == [0.75, 1.0, 0.5]
+    assert module._reward(inputs)[0].tolist() == [0.75, 1.0, 0.5]
 
 
 class InfOnArticle:

@@ -127,3 +127,22 @@ def test_ddp_on_two_cpu_processes_trains_and_tests_the_whole_test_set(tmp_path):
     assert not set(ranks[0]["ids"]) & set(ranks[1]["ids"])  # each rank its own share of the training data
     assert json.loads((tmp_path / "ddp" / "results.json").read_text())["n"] == 12
     assert len((tmp_path / "ddp" / "summaries.jsonl").read_text().splitlines()) == 12
+
+
+@pytest.mark.slow
+def test_mixed_run_with_the_learned_qa_metric(mle_run, tiny_qa_model):
+    """The learned metric trains: each term and the QA questions are logged, QAconf is a test metric, and the
+    frozen QA network stays out of the checkpoints (they hold the summarizer's weights only)."""
+    tmp, _ = mle_run
+    best = tmp / "mle" / "checkpoints" / "best.ckpt"
+    model = [f"reward.terms.{term}.qa.model={tiny_qa_model}" for term in ("qa_conf", "qa_fscore")]
+    results = run(compose_run(tmp, "qa", ["reward=qa_learned", f"mle_checkpoint={best}", "trainer.max_steps=2",
+                                          "trainer.val_check_interval=2", *model, "+reward@metrics.qa_conf=qa_conf",
+                                          f"metrics.qa_conf.qa.model={tiny_qa_model}"]))
+    assert 0 <= results["qa_conf"] <= 100
+    for key in ("rouge_l", "qa_conf", "qa_fscore", "qa_questions", "qa_no_questions"):
+        assert len(logged(tmp / "qa", f"train/reward/{key}")) == 2
+    saved = torch.load(tmp / "qa" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    start = torch.load(best, map_location="cpu", weights_only=False)
+    assert set(saved["state_dict"]) == set(start["state_dict"])
+    assert all(key.startswith("model.") for key in saved["state_dict"])

@@ -17,6 +17,7 @@ class Example:
     source: list[str]
     reference: list[list[str]] | None  # sentences of tokens
     domain: str = "supervised"
+    text: str | None = None  # the article as it came (cased, untruncated), for rewards that read text; None: tokens
 
 
 @dataclass
@@ -37,6 +38,7 @@ class Batch:
     has_reference [B]    bool
     n_copy_oovs          max number of article OOVs in the batch: the model's output size is V + this
     oovs                 per example: article OOVs, then reference-only OOVs (index k is id V + k)
+    texts                per example: the article's original text (`Example.text`)
     """
 
     ids: list[str]
@@ -55,6 +57,7 @@ class Batch:
     sources: list[list[str]]
     references: list[list[list[str]] | None]
     domains: list[str]
+    texts: list[str]
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -135,4 +138,5 @@ def collate(examples: list[Example], vocab: Vocabulary, max_source_len: int = 40
         sources=[ex.source[:max_source_len] for ex in examples],
         references=[ex.reference for ex in examples],
         domains=[ex.domain for ex in examples],
+        texts=[" ".join(ex.source) if ex.text is None else ex.text for ex in examples],
     )

@@ -54,7 +54,8 @@ def tokenize_records(source: Source, pretokenized: bool, domain: str = "supervis
         if not article or reference == []:
             skipped += 1
             continue
-        examples.append(Example(id=record.id, source=article, reference=reference, domain=domain))
+        examples.append(Example(id=record.id, source=article, reference=reference, domain=domain,
+                                text=record.article))
     if skipped:
         log.warning("skipped %d records with an empty article or summary (kept %d)", skipped, len(examples))
     if not examples:

@@ -34,15 +34,16 @@ def as_text(summaries: list[list[list[str]]]) -> list[str]:
 
 
 def evaluate(hypotheses: list[list[list[str]]], references: list[list[list[str]]],
-             metrics: Mapping[str, Reward] | None = None, device: torch.device | str = "cpu"
-             ) -> tuple[dict[str, float], list[dict[str, float | None]]]:
-    """Corpus means and per-example scores, as Clark et al. print them (ROUGE ×100, mover's ×1000).
+             metrics: Mapping[str, Reward] | None = None, device: torch.device | str = "cpu",
+             sources: list[str] | None = None) -> tuple[dict[str, float], list[dict[str, float | None]]]:
+    """Corpus means and per-example scores, as the papers print them (ROUGE and QA ×100, mover's ×1000).
+    `sources`: the articles' text, for metrics that read the article (the unsupervised QA metrics).
 
     A metric that does not apply to an example (None: e.g. a mover's similarity whose reference has no
     content word) leaves it out of that metric's mean, with a warning that counts such examples."""
     per_example = rouge_scores(hypotheses, references)
     scores = score_texts(metrics or {}, as_text(hypotheses), as_text(references), tokenizers="whitespace",
-                         device=device)
+                         device=device, sources=sources)
     for name, values in scores.items():
         for row, value in zip(per_example, values):
             row[name] = None if value is None else display_scale(metrics[name]) * value
@@ -58,11 +59,11 @@ def evaluate(hypotheses: list[list[list[str]]], references: list[list[list[str]]
 
 
 TABLE_COLUMNS = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L", "rougeLsum": "ROUGE-Lsum",
-                 "wms": "WMS", "sms": "SMS", "s_wms": "S+WMS"}
+                 "wms": "WMS", "sms": "SMS", "s_wms": "S+WMS", "qa_conf": "QAconf", "qa_fscore": "QAfscore"}
 
 
 def results_table(results: Mapping[str, Mapping[str, Any]], cell: Callable[[Any], str] = "{:.2f}".format) -> str:
-    """A markdown table, one row per run: ROUGE ×100, mover's metrics ×1000, then any other metric;
+    """A markdown table, one row per run: ROUGE and QA ×100, mover's metrics ×1000, then any other metric;
     `cell` formats each value (a mean by default)."""
     keys = [k for k in TABLE_COLUMNS if any(k in r for r in results.values())]
     keys += sorted({k for r in results.values() for k in r} - set(keys) - {"n"})

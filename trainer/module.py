@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from models.decoding import Decoded, beam_search, check_beam_settings, greedy, rollout_rows, sample_and_greedy
-from rewards.base import Reward, RewardInput
+from rewards.base import Reward, RewardInput, WeightedSum
 from rewards.rouge import RougeL
 from trainer.baselines import Baseline, GreedyBaseline
 from trainer.batch import Batch
@@ -112,7 +112,7 @@ class SummarizationModule(pl.LightningModule):
         rollouts = batch.index_select(rows)
         with torch.no_grad():  # one reward call scores the samples and the greedy rows together
             inputs = RewardInput.from_decoded(decoded.ids, decoded.lengths, rollouts, self.vocab)
-            rewards = self._reward(inputs)
+            rewards, terms = self._reward(inputs)
         # NaN: the reward does not apply (a reference without content, say); nor does a reference-based reward
         # without a reference. Such rows get 0, sample and baseline alike (where, not a product: NaN·0 is NaN).
         not_applicable = rewards.isnan()
@@ -134,6 +134,9 @@ class SummarizationModule(pl.LightningModule):
         base = len(self.vocab) + batch.n_copy_oovs
         src_lengths = rollouts.src_mask[: B * k].sum(1)
         greedy_reward = {"reward_greedy": rewards[B * k:].mean()} if with_greedy else {}
+        # each term of a weighted sum on the samples, and what the reward says about its last call
+        reward_parts = {f"reward/{name}": value[: B * k].nanmean() for name, value in terms.items()}
+        reward_parts |= {f"reward/{key}": value for key, value in getattr(self.reward, "diagnostics", {}).items()}
         self._log_train({
             "loss": loss, "nll": mle["nll"], "rl_loss": rl.mean(), "gamma": gamma,
             "reward_sample": r_sample.mean(), **greedy_reward, "reward_not_applicable": not_applicable.float().mean(),
@@ -142,20 +145,24 @@ class SummarizationModule(pl.LightningModule):
             "repeated_trigrams": repeated_ngram_rate(sampled.ids, sampled.lengths, base),
             "novel_trigrams": novel_ngram_rate(sampled.ids, sampled.lengths, rollouts.src_ext[: B * k], src_lengths,
                                                base),
-            "reward_time_share": reward_seconds / max(time.perf_counter() - start, 1e-9),
+            "reward_time_share": reward_seconds / max(time.perf_counter() - start, 1e-9), **reward_parts,
         }, B)
         return loss
 
-    def _reward(self, inputs: RewardInput) -> Tensor:
-        """The reward of each decoded row; with `penalize_repeats`, times the row's share of trigrams that are not
-        repeats: the mover's similarities see a summary as a bag of words, so a repeated sentence costs them
-        nothing, and RL learns to repeat."""
-        rewards = self.reward(inputs)
+    def _reward(self, inputs: RewardInput) -> tuple[Tensor, dict[str, Tensor]]:
+        """The reward of each decoded row, and each term of a weighted sum (for the log); with `penalize_repeats`,
+        the reward times the row's share of trigrams that are not repeats: the mover's similarities see a summary
+        as a bag of words, so a repeated sentence costs them nothing, and RL learns to repeat."""
+        if isinstance(self.reward, WeightedSum):
+            terms = self.reward.components(inputs)
+            rewards = self.reward.total(terms)
+        else:
+            terms, rewards = {}, self.reward(inputs)
         if self.penalize_repeats:
             base = len(self.vocab) + inputs.batch.n_copy_oovs
             repeats, total = repeated_ngram_counts(inputs.hyp, inputs.hyp_lens, base)
             rewards = rewards * (1 - repeats / total.clamp(min=1))
-        return rewards
+        return rewards, terms
 
     def _feed(self, ids: Tensor) -> Tensor:
         """Decoder inputs for a decoded sequence: <s> then the sequence shifted right, OOV as <unk>."""
@@ -177,7 +184,7 @@ class SummarizationModule(pl.LightningModule):
                   "repeated_trigrams": repeated_ngram_rate(decoded.ids, decoded.lengths,
                                                            len(self.vocab) + batch.n_copy_oovs)}
         if self.reward is not None:  # the mean over the rows it applies to
-            rewards = self._reward(inputs)
+            rewards, _ = self._reward(inputs)
             values["reward"] = torch.where(inputs.has_reference, rewards, torch.nan).nanmean() \
                 if self.reward.needs_reference else rewards.nanmean()
         for key, value in values.items():
@@ -194,7 +201,7 @@ class SummarizationModule(pl.LightningModule):
         for i, (ids, n) in enumerate(zip(decoded.ids.tolist(), decoded.lengths.tolist())):
             tokens = self.vocab.decode(ids[:n], batch.oovs[i])
             rows.append({"id": batch.ids[i], "summary": split_at_sentence_ends(tokens),
-                         "reference": batch.references[i]})
+                         "reference": batch.references[i], "article": batch.texts[i]})
         return rows
 
     def on_test_epoch_start(self) -> None:
@@ -203,7 +210,7 @@ class SummarizationModule(pl.LightningModule):
     def on_test_epoch_end(self) -> None:
         rows = [r for r in self._test_rows if r["reference"] is not None]
         means, per_example = evaluate([r["summary"] for r in rows], [r["reference"] for r in rows],
-                                      self.metrics, device=self.device)
+                                      self.metrics, device=self.device, sources=[r["article"] for r in rows])
         self.output_dir.mkdir(parents=True, exist_ok=True)
         with (self.output_dir / "summaries.jsonl").open("w", encoding="utf-8") as f:
             for row, scores in zip(rows, per_example):

@@ -1,0 +1,27 @@
+"""Shared fixtures."""
+
+import pytest
+import torch
+
+# Words of the QA tests' texts; anything else falls back to single letters (WordPiece).
+_QA_WORDS = ("the president of france visited berlin on monday with 300 soldiers and met angela merkel . obama "
+             "paris london said police court yesterday a an in was is to he she they it report company zorblax "
+             "quimbey mat cat sat dog ran park").split()
+
+
+@pytest.fixture(scope="session")
+def tiny_qa_model(tmp_path_factory) -> str:
+    """A randomly initialised BERT QA model (2 layers, width 32) with a small WordPiece vocabulary, saved as a
+    model directory that `AutoModelForQuestionAnswering` and `AutoTokenizer` load by path."""
+    from transformers import BertConfig, BertForQuestionAnswering, BertTokenizerFast
+    path = tmp_path_factory.mktemp("tiny_qa")
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)] + [str(d) for d in range(10)]
+    pieces = ["##" + c for c in letters] + list(".,'-$")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(set(_QA_WORDS)) + letters + pieces
+    tokenizer = BertTokenizerFast(vocab={word: i for i, word in enumerate(vocab)}, do_lower_case=True)
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=512)
+    BertForQuestionAnswering(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
