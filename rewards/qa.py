@@ -4,7 +4,7 @@ reads only the summary.
   - answer selectors pick spans of the article's sentences: `SpacyEntities` (named entities of an installed spaCy
     pipeline) or `SalientSpans` (numbers, capitalised and rare content words: no model, works on lower-cased text);
   - `ClozeQuestions` masks each answer in its sentence, caps the questions per article and caches them by article;
-  - `ExtractiveQA` answers all (question, summary) pairs of a batch in one truncated, batched forward pass;
+  - `ExtractiveQA` answers all (question, summary) pairs of a batch in truncated, batched forward passes;
   - `QAMetrics` averages a document's QAfscore (SQuAD token F1) and QAconf (probability of the true answer span);
   - `QAScore` is the reward: one of the two, with `shared_metrics` letting QAconf and QAfscore share one model and
     one forward pass inside a weighted sum (the learned metric).
@@ -195,7 +195,7 @@ class ExtractiveQA:
     forward pass. Answer spans are searched among context tokens; probabilities are softmaxes over the context
     tokens and [CLS] (a SQuAD-2-style model's "no answer")."""
 
-    def __init__(self, model: str, max_length: int = 384, max_answer_tokens: int = 30):
+    def __init__(self, model: str, max_length: int = 384, max_answer_tokens: int = 30, pairs_per_forward: int = 512):
         from transformers import AutoModelForQuestionAnswering, AutoTokenizer
         location = str(Path(model).expanduser()) if Path(model).expanduser().exists() else model
         try:
@@ -206,22 +206,28 @@ class ExtractiveQA:
                              f"({str(e).splitlines()[0]}); train one offline: python scripts/train_cloze_qa.py "
                              f"--output {model}") from None
         self.network.eval().requires_grad_(False)
-        self.max_length, self.max_answer_tokens = max_length, max_answer_tokens
+        self.max_length, self.max_answer_tokens, self.pairs_per_forward = max_length, max_answer_tokens, pairs_per_forward
         self.mask = self.tokenizer.mask_token or MASK
 
     def answer_ids(self, answer: str) -> list[int]:
         return self.tokenizer(answer, add_special_tokens=False)["input_ids"]
 
-    @torch.inference_mode()
     def read(self, questions: list[str], contexts: list[str], answers: list[str],
              device: torch.device | str = "cpu") -> dict[str, Tensor]:
-        """Per (question, context, true answer): `fscore` and `exact` (SQuAD F1 and EM of the best span), `conf` (probability of the
-        true answer's span, its most likely occurrence; 0 where the context lacks it) and `predicted_conf` (the best
-        span's probability: SummaQA's "confidence"). Float tensors [P] on `device`."""
+        """Per (question, context, true answer): `fscore` and `exact` (SQuAD F1 and EM of the best span), `conf`
+        (probability of the true answer's span, its most likely occurrence; 0 where the context lacks it) and
+        `predicted_conf` (the best span's probability: SummaQA's "confidence"). Float tensors [P] on `device`.
+        Batched forward passes of at most `pairs_per_forward` pairs (attention memory grows with pairs × length²)."""
+        parts = [self._read(questions[i:i + self.pairs_per_forward], contexts[i:i + self.pairs_per_forward],
+                            answers[i:i + self.pairs_per_forward], device)
+                 for i in range(0, len(questions), self.pairs_per_forward)]
+        keys = ("fscore", "exact", "conf", "predicted_conf")
+        return {k: torch.cat([p[k] for p in parts]) if parts else torch.zeros(0, device=device) for k in keys}
+
+    @torch.inference_mode()
+    def _read(self, questions: list[str], contexts: list[str], answers: list[str],
+              device: torch.device | str) -> dict[str, Tensor]:
         P = len(questions)
-        if P == 0:
-            empty = torch.zeros(0, device=device)
-            return {"fscore": empty, "exact": empty, "conf": empty, "predicted_conf": empty}
         questions = [q.replace(MASK, self.mask) for q in questions]
         enc = self.tokenizer(questions, contexts, truncation="only_second", max_length=self.max_length,
                              padding=True, return_tensors="pt")

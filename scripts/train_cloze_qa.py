@@ -51,7 +51,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--output", default=os.path.join(os.environ.get("SUMRL_CACHE", "~/.cache/sumrl"), "cloze_qa"))
     parser.add_argument("--questions-per-article", type=positive_int, default=6, help="answerable ones, at most")
     parser.add_argument("--unanswerable", type=float, default=0.33, help="share of unanswerable pairs")
-    parser.add_argument("--max-length", type=positive_int, default=192)
+    parser.add_argument("--max-length", type=positive_int, default=160)
+    parser.add_argument("--train-embeddings", action="store_true",
+                        help="also train the word embeddings (half the weights: much slower on a CPU)")
     parser.add_argument("--batch-size", type=positive_int, default=32)
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--epochs", type=positive_int, default=1)
@@ -152,8 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     base = args.base or default_base_model()
     tokenizer = AutoTokenizer.from_pretrained(base)
     model = AutoModelForQuestionAnswering.from_pretrained(base)
+    model.get_input_embeddings().requires_grad_(args.train_embeddings)
     steps = args.epochs * math.ceil(len(train) / args.batch_size)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr, weight_decay=0.01)
     warmup = max(1, steps // 20)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / max(1, steps - warmup))))

@@ -172,3 +172,16 @@ def test_reward_stays_on_cuda(tiny_qa_model):
                        vocab=batch.vocab)
     assert reward(cuda).device.type == "cuda"
     assert next(reward.qa.qa.network.parameters()).device.type == "cuda"
+
+
+def test_reads_in_chunks_equal_one_pass(tiny_qa_model):
+    qa = ExtractiveQA(tiny_qa_model)
+    questions = [f"He met {MASK} in Berlin .", f"The president visited {MASK} .", f"{MASK} said the court was in Paris ."]
+    contexts = ["angela merkel met the president in berlin .", "the president visited paris .", "police said it ."]
+    answers = ["Angela Merkel", "Paris", "Police"]
+    whole = qa.read(questions, contexts, answers)
+    qa.pairs_per_forward = 2
+    chunked = qa.read(questions, contexts, answers)
+    for key in whole:
+        assert torch.allclose(whole[key], chunked[key], atol=1e-5)
+    assert all(len(v) == 0 for v in qa.read([], [], []).values())
