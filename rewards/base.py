@@ -58,6 +58,10 @@ class RewardInput:
                             for r, n, o in zip(rows, lens, self.batch.oovs)]
         return self._tokens
 
+    def hyp_texts(self) -> list[str]:
+        """Decoded hypotheses as text (tokens joined by spaces), for rewards that read text."""
+        return [" ".join(tokens) for tokens in self.hyp_tokens()]
+
     @classmethod
     def from_decoded(cls, ids: Tensor, lengths: Tensor, batch: Batch, vocab: Vocabulary) -> "RewardInput":
         """From decoder output, whose `lengths` count the </s> step when one was produced."""

@@ -321,7 +321,7 @@ class QAMetrics:
             return self._last[1]
         texts, keys = self.texts(inputs), inputs.batch.ids
         per_row = [[] if t is None else self.questions(t, f"{self.questions_from}:{k}") for t, k in zip(texts, keys)]
-        summaries = [" ".join(tokens) for tokens in inputs.hyp_tokens()]
+        summaries = inputs.hyp_texts()
         row_of = [r for r, qs in enumerate(per_row) for _ in qs]
         flat = [q for qs in per_row for q in qs]
         read = self.qa.read([q.question for q in flat], [summaries[r] for r in row_of], [q.answer for q in flat],
