@@ -119,7 +119,13 @@ def zero_where_not_applicable(values: Tensor, inputs: RewardInput) -> Tensor:
 
 
 class WeightedSum:
-    """sum_k w_k r_k, itself a reward. A reference-based term adds nothing where it does not apply."""
+    """sum_k w_k r_k, itself a reward. A reference-based term adds nothing where it does not apply.
+
+    Training on a mix of articles with and without references (`trainer.data.MixedShuffle`), the caller passes the
+    fraction p without one to `total`: reference-based terms then weigh w_k/(1 − p) where a reference exists (and
+    0 where none does), so that their expected weight per example stays w_k (Scialom et al. 2019 at p = 0.5: ROUGE-L
+    ×2 or ×0). Validation and test pass nothing: the reward as defined.
+    """
 
     def __init__(self, terms: Mapping[str, Reward], weights: Mapping[str, float],
                  name: str | None = None):
@@ -139,9 +145,10 @@ class WeightedSum:
             out[key] = zero_where_not_applicable(value, inputs) if term.needs_reference else value
         return out
 
-    def total(self, parts: Mapping[str, Tensor]) -> Tensor:
-        """The weighted sum of `components`."""
-        return sum(self.weights[k] * v for k, v in parts.items())
+    def total(self, parts: Mapping[str, Tensor], unlabelled_fraction: float = 0.0) -> Tensor:
+        """The weighted sum of `components`, reference-based terms rescaled by 1/(1 − `unlabelled_fraction`)."""
+        scale = {k: 1 / (1 - unlabelled_fraction) if term.needs_reference else 1.0 for k, term in self.terms.items()}
+        return sum(self.weights[k] * scale[k] * v for k, v in parts.items())
 
     def __call__(self, inputs: RewardInput) -> Tensor:
         return self.total(self.components(inputs))

@@ -38,15 +38,23 @@ def self_critical_loss(sample_log_probs: Tensor, sample_lengths: Tensor, sample_
 
 
 class SummarizationModule(pl.LightningModule):
-    """MLE training when `reward` is None; otherwise γ·L_RL + (1−γ)·L_MLE with self-critical RL."""
+    """MLE training when `reward` is None; otherwise γ·L_RL + (1−γ)·L_MLE with self-critical RL.
+
+    `unlabelled_fraction`: the fraction of each training batch without references (the data's, passed by
+    `trainer.train.build`). Those rows get no MLE term (its mean is over reference tokens) and, from a weighted-sum
+    reward, only its reference-free terms; its reference-based terms weigh 1/(1 − fraction) on the other rows
+    (`rewards.base.WeightedSum.total`)."""
 
     def __init__(self, model: torch.nn.Module, vocab: Vocabulary, optimizer: Callable[..., torch.optim.Optimizer],
                  reward: Reward | None = None, gamma: Callable[[int], float] | None = None,
                  samples: int = 1, baseline: Baseline | None = None, penalize_repeats: bool = False,
                  rl_max_len: int = 100, length_normalize: bool = False, val_max_len: int = 100,
                  beam: dict[str, Any] | None = None, metrics: dict[str, Reward] | None = None,
-                 max_nonfinite_steps: int = 10, output_dir: str = "."):
+                 max_nonfinite_steps: int = 10, output_dir: str = ".", unlabelled_fraction: float = 0.0):
         super().__init__()
+        if not 0 <= unlabelled_fraction < 1:
+            raise ValueError(f"unlabelled_fraction must be in [0, 1), got {unlabelled_fraction}")
+        self.unlabelled_fraction = unlabelled_fraction
         self.model, self.vocab, self.optimizer_factory = model, vocab, optimizer
         self.reward, self.gamma = reward, gamma or Constant(0.0)
         if samples < 1:
@@ -112,7 +120,7 @@ class SummarizationModule(pl.LightningModule):
         rollouts = batch.index_select(rows)
         with torch.no_grad():  # one reward call scores the samples and the greedy rows together
             inputs = RewardInput.from_decoded(decoded.ids, decoded.lengths, rollouts, self.vocab)
-            rewards, terms = self._reward(inputs)
+            rewards, terms = self._reward(inputs, self.unlabelled_fraction)
         # NaN: the reward does not apply (a reference without content, say); nor does a reference-based reward
         # without a reference. Such rows get 0, sample and baseline alike (where, not a product: NaN·0 is NaN).
         not_applicable = rewards.isnan()
@@ -149,13 +157,14 @@ class SummarizationModule(pl.LightningModule):
         }, B)
         return loss
 
-    def _reward(self, inputs: RewardInput) -> tuple[Tensor, dict[str, Tensor]]:
+    def _reward(self, inputs: RewardInput, unlabelled_fraction: float = 0.0) -> tuple[Tensor, dict[str, Tensor]]:
         """The reward of each decoded row, and each term of a weighted sum (for the log); with `penalize_repeats`,
         the reward times the row's share of trigrams that are not repeats: the mover's similarities see a summary
-        as a bag of words, so a repeated sentence costs them nothing, and RL learns to repeat."""
+        as a bag of words, so a repeated sentence costs them nothing, and RL learns to repeat. A training batch's
+        `unlabelled_fraction` rescales a weighted sum's reference-based terms (`WeightedSum.total`)."""
         if isinstance(self.reward, WeightedSum):
             terms = self.reward.components(inputs)
-            rewards = self.reward.total(terms)
+            rewards = self.reward.total(terms, unlabelled_fraction)
         else:
             terms, rewards = {}, self.reward(inputs)
         if self.penalize_repeats:
@@ -175,21 +184,25 @@ class SummarizationModule(pl.LightningModule):
             self.log(f"train/{key}", value, batch_size=batch_size, prog_bar=key in shown)
 
     # ---------------------------------------------------------------- validation
-    def validation_step(self, batch: Batch, batch_idx: int) -> None:
-        out = self.model.mle_loss(batch)
+    def validation_step(self, batch: Batch, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Greedy decodes of the labelled validation sample log `val/<metric>`. A mixed run's unlabelled sample (its
+        second loader, `dataloader_idx` 1: articles of one source, none with a reference) logs the metrics that need
+        no reference as `val/<metric>/<source>`."""
+        labelled = bool(batch.has_reference.all())
         decoded = greedy(self.model, batch, self.val_max_len)
         inputs = RewardInput.from_decoded(decoded.ids, decoded.lengths, batch, self.vocab)
-        values = {"loss": out["loss"], "rouge_l": self.rouge_l(inputs).mean(),
-                  "length": inputs.hyp_lens.float().mean(),
+        values = {"length": inputs.hyp_lens.float().mean(),
                   "repeated_trigrams": repeated_ngram_rate(decoded.ids, decoded.lengths,
                                                            len(self.vocab) + batch.n_copy_oovs)}
-        if self.reward is not None:  # the mean over the rows it applies to
-            rewards, _ = self._reward(inputs)
-            values["reward"] = torch.where(inputs.has_reference, rewards, torch.nan).nanmean() \
-                if self.reward.needs_reference else rewards.nanmean()
+        if labelled:
+            values |= {"loss": self.model.mle_loss(batch)["loss"], "rouge_l": self.rouge_l(inputs).mean()}
+        if self.reward is not None and (labelled or not self.reward.needs_reference):
+            values["reward"] = self._reward(inputs)[0].nanmean()  # the mean over the rows it applies to
+        where = "" if labelled else f"/{batch.domains[0]}"
         for key, value in values.items():
             # sync_dist: under DDP the checkpoint monitor must see the mean over all ranks, not rank 0's share
-            self.log(f"val/{key}", value, batch_size=len(batch), prog_bar=key in ("loss", "reward"), sync_dist=True)
+            self.log(f"val/{key}{where}", value, batch_size=len(batch), prog_bar=labelled and key in ("loss", "reward"),
+                     sync_dist=True, add_dataloader_idx=False)
 
     # ---------------------------------------------------------------- test
     def test_step(self, batch: Batch, batch_idx: int) -> None:

@@ -83,8 +83,25 @@ def build(cfg: DictConfig) -> tuple[SummarizationData, SummarizationModule]:
     elif cfg.stage != "mle" and cfg.train and cfg.init_from != "none":
         raise SettingsError("a reward other than mle trains the mixed stage, which starts from an MLE model: set "
                             "mle_checkpoint=<mle run>/checkpoints/best.ckpt (or init_from=none for random weights)")
-    module = instantiate(cfg.module, model=model, vocab=data.vocab, output_dir=cfg.output_dir)
+    module = instantiate(cfg.module, model=model, vocab=data.vocab, output_dir=cfg.output_dir,
+                         unlabelled_fraction=data.unlabelled_fraction)
+    if cfg.train:
+        check_unlabelled(data, module)
     return data, module
+
+
+def check_unlabelled(data: SummarizationData, module: SummarizationModule) -> None:
+    """Articles without references train only a reward with a reference-free term: MLE and reference-based
+    rewards would give them nothing, silently."""
+    if data.unlabelled is None:
+        return
+    mixed = f"data {data.name} mixes unlabelled articles ({data.unlabelled.name}) into training"
+    if module.reward is None:
+        raise SettingsError(f"reward=mle learns from references only, but {mixed}: train the MLE model on data "
+                            "without `unlabelled` (data=cnndm_sample, say)")
+    if module.reward.needs_reference:
+        raise SettingsError(f"reward {module.reward.name} needs references, but {mixed}, where it is 0: use a "
+                            "reward with a reference-free term (reward=qa_learned, say) or data without `unlabelled`")
 
 
 def run(cfg: DictConfig) -> dict:
