@@ -57,6 +57,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=positive_int, default=32)
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--epochs", type=positive_int, default=1)
+    parser.add_argument("--max-steps", type=positive_int, default=None,
+                        help="stop after this many steps; the learning rate decays to 0 over them")
     parser.add_argument("--minutes", type=float, default=20.0, help="stop training after this long (then evaluate)")
     parser.add_argument("--eval-articles", type=positive_int, default=300)
     parser.add_argument("--seed", type=int, default=0)
@@ -155,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = AutoTokenizer.from_pretrained(base)
     model = AutoModelForQuestionAnswering.from_pretrained(base)
     model.get_input_embeddings().requires_grad_(args.train_embeddings)
-    steps = args.epochs * math.ceil(len(train) / args.batch_size)
+    steps = min(args.epochs * math.ceil(len(train) / args.batch_size), args.max_steps or math.inf)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr, weight_decay=0.01)
     warmup = max(1, steps // 20)
     schedule = torch.optim.lr_scheduler.LambdaLR(
@@ -164,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     start, step, deadline = time.time(), 0, time.time() + 60 * args.minutes
     for epoch in range(args.epochs):
         for i in range(0, len(train), args.batch_size):
-            if time.time() > deadline:
+            if time.time() > deadline or step == steps:
                 break
             loss = model(**encode(tokenizer, train[i:i + args.batch_size], args.max_length)).loss
             loss.backward()

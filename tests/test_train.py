@@ -146,3 +146,16 @@ def test_mixed_run_with_the_learned_qa_metric(mle_run, tiny_qa_model):
     start = torch.load(best, map_location="cpu", weights_only=False)
     assert set(saved["state_dict"]) == set(start["state_dict"])
     assert all(key.startswith("model.") for key in saved["state_dict"])
+
+
+@pytest.mark.slow
+def test_best_checkpoint_is_the_start_when_training_never_beats_it(mle_run):
+    """At lr 0 no validation beats the start (ModelCheckpoint keeps a tie): best.ckpt must then hold the starting
+    weights (step 0), as the curve says, not the first trained step."""
+    tmp, _ = mle_run
+    best = tmp / "mle" / "checkpoints" / "best.ckpt"
+    run(compose_run(tmp, "flat", ["reward=rouge_l", f"mle_checkpoint={best}", "stages.mixed.lr=0", "test=false",
+                                  "trainer.max_steps=4", "trainer.val_check_interval=2"]))
+    assert global_step(tmp / "flat" / "checkpoints" / "best.ckpt") == 0
+    assert global_step(tmp / "flat" / "checkpoints" / "last.ckpt") == 4
+    assert "at step 0 (Δ +0.0000" in (tmp / "flat" / "val_summary.txt").read_text()

@@ -167,3 +167,19 @@ def check_resume(path: str | Path, stage: str, model: torch.nn.Module, vocab: Vo
         raise CheckpointError(f"ckpt_path {path} is a checkpoint of the {info.get('stage')} stage and this run is "
                               f"{stage}: ckpt_path resumes a run with its optimizer; {hint}")
     check_compatible(info, path, model, vocab)
+
+
+def keep_start_as_best(trainer: pl.Trainer) -> None:
+    """Make the validation just run before training (the start) the best checkpoint so far: Lightning's
+    ModelCheckpoint saves nothing at step 0, so without this a run whose training never beats its start would test
+    its first trained weights as "best" while its curve says the best was the start."""
+    callback = trainer.checkpoint_callback
+    score = trainer.callback_metrics.get(callback.monitor) if callback is not None else None
+    if score is None:
+        return
+    path = str(Path(callback.dirpath) / f"{callback.filename}{callback.FILE_EXTENSION}")
+    trainer.save_checkpoint(path)
+    callback.best_model_path = callback.kth_best_model_path = path
+    callback.best_model_score = callback.kth_value = score.detach().clone()
+    callback.best_k_models = {path: callback.best_model_score}
+

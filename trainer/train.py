@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.utilities import rank_zero_only
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from trainer.checkpoints import AtomicCheckpointIO, check_resume, load_model_weights
+from trainer.checkpoints import AtomicCheckpointIO, check_resume, keep_start_as_best, load_model_weights
 from trainer.data import SummarizationData
 from trainer.evaluate import results_table
 from trainer.module import SummarizationModule
@@ -124,6 +124,7 @@ def run(cfg: DictConfig) -> dict:
     if cfg.train:
         if cfg.validate_at_start and module.reward is not None and not cfg.ckpt_path:
             trainer.validate(module, datamodule=data, verbose=False)  # the curve's first point: where RL starts
+            keep_start_as_best(trainer)
         try:
             trainer.fit(module, datamodule=data, ckpt_path=cfg.ckpt_path)
         except SIGTERMException:  # the latest state is saved (LatestCheckpoint): stop, and say so to the scheduler
