@@ -8,14 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra.utils import instantiate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from rewards.base import RewardInput
+from rewards.base import RewardInput, WeightedSum
 from rewards.mover import MoverSimilarity
-from rewards.scoring import hypothesis_tokens, tokenize
+from rewards.scoring import compose_rewards, hypothesis_tokens, tokenize
 from trainer.data import SummarizationData
 from trainer.sources import DataError, LocalFile
 from trainer.vocab import Vocabulary
@@ -35,8 +34,10 @@ TEXTS = st.one_of(
 
 
 @pytest.fixture(scope="module")
-def rewards():
-    return {name: instantiate(OmegaConf.load(CONF / f"{name}.yaml")) for name in REWARDS}
+def rewards(tiny_qa_model):
+    with pytest.MonkeyPatch.context() as env:  # the QA rewards' model (conf/qa/default.yaml)
+        env.setenv("SUMRL_QA_MODEL", tiny_qa_model)
+        return compose_rewards(REWARDS)
 
 
 @pytest.mark.parametrize("name", REWARDS)
@@ -46,10 +47,12 @@ def test_rewards_stay_in_range_on_any_text(rewards, name, pairs):
     hyps = [hypothesis_tokens(tokenize(candidate, "treebank")) for candidate, _ in pairs]
     refs = [None if reference is None else tokenize(reference, "treebank") for _, reference in pairs]
     words = sorted({t for h in hyps for t in h} | {t for r in refs if r for s in r for t in s})
-    inputs = RewardInput.from_texts(hyps, refs, Vocabulary(words))
+    # the reference, or else the candidate, as the article that the QA rewards ask about
+    inputs = RewardInput.from_texts(hyps, refs, Vocabulary(words), source_texts=[r or c for c, r in pairs])
     reward = rewards[name]
     values = reward(inputs)
-    in_range = (values >= 0) & (values <= 1)
+    top = sum(reward.weights.values()) if isinstance(reward, WeightedSum) else 1.0
+    in_range = (values >= 0) & (values <= top)
     if isinstance(reward, MoverSimilarity):
         hyp_content, ref_content = (torch.from_numpy(reward.embeddings.embed_batch(inputs, side).keep.any(1))
                                     for side in ("hyp", "ref"))
