@@ -161,9 +161,9 @@ class ClozeQuestions:
     def build(self, text: str) -> list[ClozeQuestion]:
         questions, seen = [], set()
         for sentence, start, end in self.selector(text):
-            answer = sentence[start:end]
-            if normalize_answer(answer) and normalize_answer(answer) not in seen:
-                seen.add(normalize_answer(answer))
+            answer = normalize_answer(sentence[start:end])
+            if answer and answer not in seen:
+                seen.add(answer)
                 questions.append(cloze(sentence, start, end, self.max_question_words))
             if len(questions) == self.max_questions:
                 break
@@ -191,8 +191,8 @@ def squad_f1(prediction: str, truth: str) -> float:
 
 # ---------------------------------------------------------------- the QA model
 class ExtractiveQA:
-    """An `AutoModelForQuestionAnswering` (hub name or local directory), frozen, reading contexts in one batched
-    forward pass. Answer spans are searched among context tokens; probabilities are softmaxes over the context
+    """An `AutoModelForQuestionAnswering` (hub name or local directory), frozen, reading contexts in batched
+    forward passes. Answer spans are searched among context tokens; probabilities are softmaxes over the context
     tokens and [CLS] (a SQuAD-2-style model's "no answer")."""
 
     def __init__(self, model: str, max_length: int = 384, max_answer_tokens: int = 30, pairs_per_forward: int = 512):
