@@ -33,10 +33,13 @@ from trainer.significance import Interval, compare_to_baseline  # noqa: E402
 from trainer.vocab import split_at_sentence_ends  # noqa: E402
 
 ROW_NAMES = {"mle": "MLE+Pgen (no reward)", "rouge_l": "Mixed w/ ROUGE-L", "wms": "Mixed w/ WMS",
-             "sms": "Mixed w/ SMS", "s_wms": "Mixed w/ S+WMS"}
+             "sms": "Mixed w/ SMS", "s_wms": "Mixed w/ S+WMS", "qa_conf": "Mixed w/ QAconf",
+             "qa_fscore": "Mixed w/ QAfscore", "qa_learned": "Mixed w/ QA learned", "qa_equally": "Mixed w/ QA equally"}
 # The metric each reward run optimised: Table 4's diagonal compares it with the MLE row's.
-OWN_METRIC = {"rouge_l": "rougeL", "wms": "wms", "sms": "sms", "s_wms": "s_wms"}
+OWN_METRIC = {"rouge_l": "rougeL", "wms": "wms", "sms": "sms", "s_wms": "s_wms", "qa_conf": "qa_conf",
+              "qa_fscore": "qa_fscore"}
 BASELINE = ROW_NAMES["mle"]
+STORED_METRICS = ("qa_conf", "qa_fscore")  # test-time scores of runs that had them as metrics
 LEVEL = 0.95
 
 
@@ -73,12 +76,19 @@ def decode_test_split(run: Path) -> None:
 
 
 def score_run(run: Path, metrics: dict) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
-    """The run's means (and `n`), and its scores per article id."""
+    """The run's means (and `n`), and its scores per article id. ROUGE and `metrics` are computed anew; the QA
+    metrics, which read the article (not in summaries.jsonl), are taken as the run scored them at test time."""
     path = run / "summaries.jsonl"
     rows = [json.loads(line) for line in path.open(encoding="utf-8")]
     hyps = [split_at_sentence_ends(r["summary"].split()) for r in rows]
     refs = [[s.split() for s in r["reference"].split("\n")] for r in rows]
     means, per_example = evaluate(hyps, refs, metrics)
+    for key in STORED_METRICS:
+        stored = [r["scores"].get(key) for r in rows]
+        if all(v is not None for v in stored):
+            means[key] = sum(stored) / len(stored)
+            for scores, value in zip(per_example, stored):
+                scores[key] = value
     by_id = dict(zip((r["id"] for r in rows), per_example))
     if len(by_id) != len(rows):
         raise SystemExit(f"table4: {path} repeats article ids ({len(rows) - len(by_id)} duplicate rows)")

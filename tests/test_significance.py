@@ -213,3 +213,23 @@ def test_table4_refuses_runs_on_different_articles(grid, tmp_path):
     write_run(tmp_path, "mle", ["a b ."] * 3, ["a b ."] * 3)
     with pytest.raises(SystemExit, match=r"'Mixed w/ WMS': 27 article ids differ"):
         load_script("table4").main([str(tmp_path / "mle"), str(grid / "wms"), "--metrics", "--out", str(tmp_path)])
+
+
+def test_table4_takes_qa_scores_as_the_runs_scored_them(tmp_path, capsys):
+    """QA metrics read the article, which summaries.jsonl does not hold: table4 uses each run's test-time scores
+    (paired by id), and a QA reward row is compared with MLE on its own metric."""
+    references = ["the river bridge ."] * 20
+    for name, qa_conf in (("mle", 10.0), ("qa_conf", 30.0)):
+        run = tmp_path / name
+        run.mkdir()
+        (run / "config.yaml").write_text(f"run_name: {name}\n")
+        write_jsonl(run / "summaries.jsonl", [{"id": f"a{i}", "summary": "the river .", "reference": r,
+                                               "scores": {"qa_conf": qa_conf + i % 2}}
+                                              for i, r in enumerate(references)])
+    load_script("table4").main([str(tmp_path), "--metrics", "--out", str(tmp_path)])
+    report = capsys.readouterr().out
+    assert report.splitlines()[0].endswith("| QAconf |")
+    table = json.loads((tmp_path / "table4.json").read_text())
+    assert table["MLE+Pgen (no reward)"]["qa_conf"] == pytest.approx(10.5)
+    assert table["Mixed w/ QAconf"]["vs_mle"]["qa_conf"]["delta"] == pytest.approx(20.0)
+    assert "- Mixed w/ QAconf on QAconf: 10.50 → 30.50 (+20.00 [+20.00, +20.00]) significant" in report
