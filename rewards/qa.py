@@ -2,7 +2,8 @@
 reads only the summary.
 
   - answer selectors pick spans of the article's sentences: `SpacyEntities` (named entities of an installed spaCy
-    pipeline) or `SalientSpans` (numbers, capitalised and rare content words: no model, works on lower-cased text);
+    pipeline) or `SalientSpans` (numbers, the article's frequent words that are rare in general English: no model,
+    works on lower-cased text);
   - `ClozeQuestions` masks each answer in its sentence, caps the questions per article and caches them by article;
   - `ExtractiveQA` answers all (question, summary) pairs of a batch in truncated, batched forward passes;
   - `QAMetrics` averages a document's QAfscore (SQuAD token F1) and QAconf (probability of the true answer span);
