@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rewards.qa import MASK, ClozeQuestion, ClozeQuestions, ExtractiveQA, SalientSpans  # noqa: E402
 from rewards.scoring import positive_int  # noqa: E402
 from trainer.batch import Example  # noqa: E402
+from trainer.evaluate import as_text  # noqa: E402
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
@@ -78,10 +79,6 @@ def load_splits(overrides: list[str]) -> dict[str, list[Example]]:
     return data.splits
 
 
-def reference_text(example: Example) -> str:
-    return "\n".join(" ".join(sentence) for sentence in example.reference)
-
-
 def contains(context: str, answer: str) -> int:
     """The character offset of `answer` as whole words in `context` (case-insensitive), or -1."""
     match = re.search(rf"(?<!\w){re.escape(answer.lower())}(?!\w)", context.lower())
@@ -93,8 +90,7 @@ def cloze_pairs(examples: list[Example], questions: ClozeQuestions, per_article:
     """(question, context, answer offset in the context or -1): per article, up to `per_article` answerable
     questions and unanswerable ones in the ratio asked."""
     pairs = []
-    for ex in examples:
-        context = reference_text(ex)
+    for ex, context in zip(examples, as_text([ex.reference for ex in examples])):
         found = [(q, contains(context, q.answer)) for q in questions.build(ex.text)]
         answerable = [p for p in found if p[1] >= 0][:per_article]
         others = [p for p in found if p[1] < 0]
