@@ -232,16 +232,17 @@ class ExtractiveQA:
         questions = [q.replace(MASK, self.mask) for q in questions]
         enc = self.tokenizer(questions, contexts, truncation="only_second", max_length=self.max_length,
                              padding=True, return_tensors="pt")
-        context = torch.tensor([[s == 1 for s in enc.sequence_ids(i)] for i in range(P)])
+        context = torch.tensor([[s == 1 for s in enc.sequence_ids(i)] for i in range(P)])  # host copy: span lookup
         if next(self.network.parameters()).device != torch.device(device):
             self.network.to(device)
         names = ("input_ids", "attention_mask", "token_type_ids")
         out = self.network(**{k: enc[k].to(device) for k in names if k in enc})
-        allowed = context.to(device).clone()
+        context_on_device = context.to(device)
+        allowed = context_on_device.clone()
         allowed[:, 0] = True  # [CLS]
         start = out.start_logits.float().masked_fill(~allowed, -torch.inf).log_softmax(-1)
         end = out.end_logits.float().masked_fill(~allowed, -torch.inf).log_softmax(-1)
-        best_start, best_end, best_score = self._best_spans(start, end, context.to(device))
+        best_start, best_end, best_score = self._best_spans(start, end, context_on_device)
         ids, start_h, end_h = enc["input_ids"], start.cpu(), end.cpu()
         fscore, exact, conf = [], [], []
         for p in range(P):
