@@ -1,21 +1,21 @@
 """Batched decoders for the pointer-generator: greedy, multinomial sampling, and beam search.
 
-Every decoder returns extended ids (see `trainer.vocab`) masked after the first </s>: the </s> step
-counts in `lengths` and keeps its log-prob, later positions hold <pad> (0) with log-prob 0.
-<pad> and <s> are never emitted (so a <pad> in `ids` always means "after </s>").
+Every decoder takes the encoded articles (`model.encode(batch)`, copy mask included) and returns extended ids
+(see `trainer.vocab`) masked after the first </s>: the </s> step counts in `lengths` and keeps its log-prob, later
+positions hold <pad> (0) with log-prob 0. <pad> and <s> are never emitted (so a <pad> in `ids` always means
+"after </s>"). Rules on which tokens may come next are step processors, applied the same way by every decoder.
 Decoders run in the model's current mode: call `model.eval()` first unless dropout is wanted.
 """
 from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, Sequence
 
 import torch
 from torch import Tensor
 
 from models.pointer_generator import EncoderOutput, PointerGenerator
-from trainer.batch import Batch
 
 
 @dataclass
@@ -31,35 +31,72 @@ class Decoded:
         return Decoded(self.ids[index, :T], self.log_probs[index, :T], lengths)
 
 
-def _forbid_specials(model: PointerGenerator, scores: Tensor, value: float) -> None:
-    """<pad> and <s> are never outputs: their probabilities (0) or log-probs (-inf) are overwritten in place
-    (column by column: no index tensor to build and copy to the device at every step)."""
-    scores[:, model.config.pad_id] = value
-    scores[:, model.config.bos_id] = value
+class StepProcessor(Protocol):
+    """Forbids next tokens: writes `blocked` (0 for probabilities, −inf for log-probabilities) into `scores`
+    [N, X] in place, given the tokens so far, `history` [N, t] (t = the step)."""
+
+    def __call__(self, scores: Tensor, history: Tensor, blocked: float) -> None: ...
 
 
-def _decode(model: PointerGenerator, enc: EncoderOutput, max_len: int,
-            choose: Callable[[Tensor], Tensor]) -> Decoded:
+@dataclass
+class ForbidTokens:
+    """Never emit these ids (column by column: no index tensor to build and copy to the device at every step)."""
+    ids: Sequence[int]
+
+    def __call__(self, scores: Tensor, history: Tensor, blocked: float) -> None:
+        for i in self.ids:
+            scores[:, i] = blocked
+
+
+@dataclass
+class MinLength:
+    """</s> only after `min_len` tokens."""
+    min_len: int
+    eos_id: int
+
+    def __call__(self, scores: Tensor, history: Tensor, blocked: float) -> None:
+        if history.size(1) < self.min_len:
+            scores[:, self.eos_id] = blocked
+
+
+class BlockRepeatedTrigrams:
+    """No token that would repeat a trigram already in the history."""
+
+    def __call__(self, scores: Tensor, history: Tensor, blocked: float) -> None:
+        if history.size(1) >= 3:
+            match = (history[:, :-2] == history[:, -2:-1]) & (history[:, 1:-1] == history[:, -1:])
+            repeated = torch.zeros_like(scores).scatter_reduce_(1, history[:, 2:], match.to(scores.dtype), "amax")
+            scores.masked_fill_(repeated.bool(), blocked)
+
+
+def _processors(model: PointerGenerator, extra: Sequence[StepProcessor]) -> list[StepProcessor]:
+    """<pad> and <s> are never outputs (a <pad> in the output means "after </s>"), whatever else is asked."""
+    return [ForbidTokens((model.config.pad_id, model.config.bos_id)), *extra]
+
+
+def _decode(model: PointerGenerator, enc: EncoderOutput, max_len: int, choose: Callable[[Tensor], Tensor],
+            processors: Sequence[StepProcessor]) -> Decoded:
     """Run the decoder, picking each next token with `choose(probs [B, X]) -> ids [B]`."""
     cfg = model.config
     B, device = enc.src_ext.size(0), enc.src_ext.device
     state = model.initial_state(enc)
     ids = torch.full((B,), cfg.bos_id, dtype=torch.long, device=device)
     done = torch.zeros(B, dtype=torch.bool, device=device)
-    tokens, log_probs = [], []
+    history = torch.zeros(B, 0, dtype=torch.long, device=device)
+    log_probs = []
     for _ in range(max_len):
         probs, state, _ = model.step_probs(enc, state, ids)
-        _forbid_specials(model, probs, 0.0)
+        for process in processors:
+            process(probs, history, 0.0)
         with torch.no_grad():
             ids = choose(probs)
         chosen = model.log(probs.gather(1, ids.unsqueeze(1)).squeeze(1))
-        tokens.append(ids.masked_fill(done, cfg.pad_id))
+        history = torch.cat([history, ids.masked_fill(done, cfg.pad_id).unsqueeze(1)], 1)
         log_probs.append(chosen.masked_fill(done, 0.0))
         done = done | (ids == cfg.eos_id)
         if bool(done.all()):
             break
-    ids = torch.stack(tokens, 1)
-    return Decoded(ids, torch.stack(log_probs, 1), (ids != cfg.pad_id).sum(1))
+    return Decoded(history, torch.stack(log_probs, 1), (history != cfg.pad_id).sum(1))
 
 
 def sample_categorical(probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
@@ -80,16 +117,17 @@ def _argmax(probs: Tensor) -> Tensor:
     return probs.argmax(-1)
 
 
-def greedy(model: PointerGenerator, batch: Batch, max_len: int = 100, enc: EncoderOutput | None = None) -> Decoded:
+def greedy(model: PointerGenerator, enc: EncoderOutput, max_len: int = 100,
+           processors: Sequence[StepProcessor] = ()) -> Decoded:
     """Argmax decoding; runs under the caller's grad mode."""
-    return _decode(model, enc if enc is not None else model.encode(batch), max_len, _argmax)
+    return _decode(model, enc, max_len, _argmax, _processors(model, processors))
 
 
-def sample(model: PointerGenerator, batch: Batch, max_len: int = 100, enc: EncoderOutput | None = None,
-           generator: torch.Generator | None = None) -> Decoded:
+def sample(model: PointerGenerator, enc: EncoderOutput, max_len: int = 100, generator: torch.Generator | None = None,
+           processors: Sequence[StepProcessor] = ()) -> Decoded:
     """Multinomial sampling from the extended distribution; `log_probs` carry gradient if grad is enabled.
-    `generator` must live on the batch's device."""
-    return _decode(model, enc if enc is not None else model.encode(batch), max_len, _multinomial(generator))
+    `generator` must live on the articles' device."""
+    return _decode(model, enc, max_len, _multinomial(generator), _processors(model, processors))
 
 
 def rollout_rows(n_articles: int, samples: int, with_greedy: bool) -> list[int]:
@@ -99,40 +137,35 @@ def rollout_rows(n_articles: int, samples: int, with_greedy: bool) -> list[int]:
     return rows + list(range(n_articles)) if with_greedy else rows
 
 
-def sample_and_greedy(model: PointerGenerator, batch: Batch, max_len: int = 100, enc: EncoderOutput | None = None,
-                      generator: torch.Generator | None = None, samples: int = 1,
-                      with_greedy: bool = True) -> Decoded:
+def sample_and_greedy(model: PointerGenerator, enc: EncoderOutput, max_len: int = 100,
+                      generator: torch.Generator | None = None, samples: int = 1, with_greedy: bool = True,
+                      processors: Sequence[StepProcessor] = ()) -> Decoded:
     """`samples` draws ŷ per article and, `with_greedy`, the greedy baseline ỹ, in one decode without gradient
     (self-critical training re-scores ŷ with `model.teacher_forced`); rows as `rollout_rows` lays them out.
     Dropout follows the model's train/eval mode, which the caller sets; in train mode the greedy rows differ
     from `greedy` in eval mode."""
     with torch.no_grad():
-        enc = enc if enc is not None else model.encode(batch)
         B = enc.src_ext.size(0)
         n_drawn = B * samples
         sampler = _multinomial(generator)
         rows = torch.tensor(rollout_rows(B, samples, with_greedy), device=enc.src_ext.device)
         return _decode(model, enc.index_select(rows), max_len,
-                       lambda probs: torch.cat([sampler(probs[:n_drawn]), _argmax(probs[n_drawn:])]))
-
-
-def _repeated_trigrams(history: Tensor, size: int) -> Tensor:
-    """[N, size] True for next tokens that would repeat a trigram already in `history` [N, t]."""
-    match = (history[:, :-2] == history[:, -2:-1]) & (history[:, 1:-1] == history[:, -1:])
-    blocked = torch.zeros(history.size(0), size, device=history.device)
-    return blocked.scatter_reduce_(1, history[:, 2:], match.float(), "amax").bool()
+                       lambda probs: torch.cat([sampler(probs[:n_drawn]), _argmax(probs[n_drawn:])]),
+                       _processors(model, processors))
 
 
 @torch.no_grad()
-def beam_search(model: PointerGenerator, batch: Batch, beam_size: int = 4, max_len: int = 100, min_len: int = 35,
-                length_penalty: float = 1.0, block_trigrams: bool = False) -> Decoded:
+def beam_search(model: PointerGenerator, enc: EncoderOutput, beam_size: int = 4, max_len: int = 100,
+                min_len: int = 35, length_penalty: float = 1.0, block_trigrams: bool = False,
+                processors: Sequence[StepProcessor] = ()) -> Decoded:
     """Beam search batched over examples and beams, as in See et al.: each step ranks the top 2K extensions
     of the K live hypotheses; those ending in </s> (ranked above the K-th live one) are finished, the first
     K others live on. An example stops once it has K finished hypotheses. The result is the finished
     hypothesis (or, if none, the best live one at `max_len`) with the best score / length ** length_penalty.
-    </s> is forbidden before `min_len` tokens."""
+    </s> is forbidden before `min_len` tokens (`MinLength`); `block_trigrams` adds `BlockRepeatedTrigrams`."""
     cfg, K = model.config, beam_size
-    enc = model.encode(batch)
+    processors = _processors(model, [*processors, MinLength(min_len, cfg.eos_id),
+                                     *([BlockRepeatedTrigrams()] if block_trigrams else [])])
     B, device = enc.src_ext.size(0), enc.src_ext.device
     enc = enc.index_select(torch.arange(B, device=device).repeat_interleave(K))
     state = model.initial_state(enc)
@@ -149,11 +182,8 @@ def beam_search(model: PointerGenerator, batch: Batch, beam_size: int = 4, max_l
     rank = torch.arange(2 * K, device=device)
     for t in range(max_len):
         log_probs, state, _ = model.step(enc, state, ids)
-        _forbid_specials(model, log_probs, float("-inf"))
-        if t < min_len:
-            log_probs[:, cfg.eos_id] = ninf
-        if block_trigrams:
-            log_probs = log_probs.masked_fill(_repeated_trigrams(history, log_probs.size(-1)), ninf)
+        for process in processors:
+            process(log_probs, history, ninf)
         X = log_probs.size(-1)
         top, flat = (scores.view(-1, 1) + log_probs).view(B, K * X).topk(2 * K, -1)
         token = flat % X
@@ -194,7 +224,7 @@ def beam_search(model: PointerGenerator, batch: Batch, beam_size: int = 4, max_l
 def check_beam_settings(**settings: Any) -> None:
     """Raise if `beam_search(model, batch, **settings)` would fail or could not end a summary: call it when a
     run is built, as the test-time decode comes only after training. Unknown names are a TypeError."""
-    bound = inspect.signature(beam_search).bind(None, None, **settings)  # None, None: the model and the batch
+    bound = inspect.signature(beam_search).bind(None, None, **settings)  # None, None: the model and the articles
     bound.apply_defaults()
     beam_size, max_len, min_len = (bound.arguments[name] for name in ("beam_size", "max_len", "min_len"))
     if beam_size < 1:

@@ -5,7 +5,7 @@ V model vocabulary, X = V + n_copy_oovs the batch's extended vocabulary (see `tr
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import torch
 import torch.nn.functional as F
@@ -52,11 +52,16 @@ class EncoderOutput:
     src_ext: Tensor    # [B, S] extended ids: where copied attention mass goes
     n_copy_oovs: int
     init: DecoderState
+    copy_mask: Tensor | None = None  # [B, S] weights on the copy attention (bottom-up copying); None: copy freely
+    renormalize_copy: bool = False   # the weighted copy attention is renormalised to sum to 1 (else used as is)
 
     def index_select(self, index: Tensor) -> "EncoderOutput":
-        """Rows `index` of every tensor (repeat rows for sampling twice, reorder beams)."""
-        return replace(self, outputs=self.outputs[index], features=self.features[index], mask=self.mask[index],
-                       src_ext=self.src_ext[index], init=self.init.index_select(index))
+        """Rows `index` of every field that has rows (repeat rows for sampling twice, reorder beams)."""
+        def rows(value):
+            if isinstance(value, Tensor):
+                return value[index]
+            return value.index_select(index) if isinstance(value, DecoderState) else value
+        return replace(self, **{f.name: rows(getattr(self, f.name)) for f in fields(self)})
 
 
 @dataclass
@@ -200,12 +205,28 @@ class PointerGenerator(nn.Module):
         """V'(V [s_t; h*_t] + b) + b' in fp32, for any leading shape."""
         return self.out_vocab(self.out_hidden(self.dropout(out))).float()
 
+    def copy_distribution(self, p_gen_logit: Tensor, attn: Tensor, enc: EncoderOutput) -> tuple[Tensor, Tensor]:
+        """The generation weight p_gen [...] and the copy mass (1 − p_gen)·a_i over source positions [..., S], fp32,
+        for one step (attn [B, S]) or all (attn [B, T, S]). With `enc.copy_mask` the attention is weighted by it,
+        then renormalised or used as is (Gehrmann et al.'s `attn · tags · 2`); renormalised, a row with no copyable
+        token generates only (p_gen = 1), so the distribution still sums to 1."""
+        p_gen, attn = self._p_gen(p_gen_logit), attn.float()
+        if enc.copy_mask is None:
+            return p_gen, (1 - p_gen).unsqueeze(-1) * attn
+        weights = enc.copy_mask if attn.dim() == 2 else enc.copy_mask.unsqueeze(1)
+        attn = attn * weights
+        if enc.renormalize_copy:
+            total = attn.sum(-1, keepdim=True)
+            attn = attn / total.clamp(min=torch.finfo(attn.dtype).tiny)
+            p_gen = torch.where(total.squeeze(-1) > 0, p_gen, torch.ones_like(p_gen))
+        return p_gen, (1 - p_gen).unsqueeze(-1) * attn
+
     def _extended_probs(self, out: Tensor, p_gen_logit: Tensor, attn: Tensor, enc: EncoderOutput) -> Tensor:
-        """p_gen P_vocab (zero-extended) + (1 - p_gen) Σ_{i: src_i = w} a_i, over [..., X], in fp32."""
-        p_gen = self._p_gen(p_gen_logit).unsqueeze(-1)
-        p = F.pad(p_gen * torch.softmax(self._vocab_logits(out), -1), (0, enc.n_copy_oovs))
+        """p_gen P_vocab (zero-extended) + the copy mass at each source word's extended id, over [..., X], fp32."""
+        p_gen, copy = self.copy_distribution(p_gen_logit, attn, enc)
+        p = F.pad(p_gen.unsqueeze(-1) * torch.softmax(self._vocab_logits(out), -1), (0, enc.n_copy_oovs))
         src_ext = enc.src_ext if attn.dim() == 2 else enc.src_ext.unsqueeze(1).expand_as(attn)
-        return p.scatter_add_(-1, src_ext, (1 - p_gen) * attn.float())  # repeated source words add up
+        return p.scatter_add_(-1, src_ext, copy)  # repeated source words add up
 
     def step_probs(self, enc: EncoderOutput, state: DecoderState, input_ids: Tensor
                    ) -> tuple[Tensor, DecoderState, Tensor]:
@@ -243,9 +264,9 @@ class PointerGenerator(nn.Module):
         in_vocab = tgt < self.config.vocab_size  # P_vocab of a copied OOV is 0
         p_vocab = torch.exp(-F.cross_entropy(logits, tgt.clamp(max=self.config.vocab_size - 1), reduction="none"))
         p_vocab = p_vocab * in_vocab
-        p_copy = (attn.float() * (enc.src_ext.unsqueeze(1) == target.unsqueeze(-1))).sum(-1)[real]
-        p_gen = self._p_gen(p_gen_logit[real])
-        log_p = self.log(p_gen * p_vocab + (1 - p_gen) * p_copy)
+        p_gen, copy = self.copy_distribution(p_gen_logit, attn, enc)
+        p_copy = (copy * (enc.src_ext.unsqueeze(1) == target.unsqueeze(-1))).sum(-1)[real]
+        log_p = self.log(p_gen[real] * p_vocab + p_copy)
         return TeacherForced(torch.zeros_like(target, dtype=torch.float).masked_scatter(real, log_p), cov_loss)
 
     def forward(self, batch: Batch) -> Tensor:

@@ -1,5 +1,8 @@
 import itertools
+import json
 import random
+from dataclasses import fields, replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -102,8 +105,8 @@ def assert_well_formed(model: PointerGenerator, batch, out: Decoded, max_len: in
 
 def assert_beam_of_width_one_is_greedy(model: PointerGenerator, batch) -> None:
     with torch.no_grad():
-        g = greedy(model, batch, max_len=12)
-    b = beam_search(model, batch, beam_size=1, max_len=12, min_len=0, length_penalty=0.0)
+        g = greedy(model, model.encode(batch), max_len=12)
+    b = beam_search(model, model.encode(batch), beam_size=1, max_len=12, min_len=0, length_penalty=0.0)
     assert torch.equal(b.ids, g.ids) and torch.equal(b.lengths, g.lengths)
     torch.testing.assert_close(b.log_probs, g.log_probs)
 
@@ -162,7 +165,8 @@ def test_wide_beam_finds_the_exhaustive_optimum(length_penalty):
     for seed in range(5):
         model = markov_chain(seed)
         best, best_score = exhaustive_best(model, max_len=5, min_len=1, length_penalty=length_penalty)
-        out = beam_search(model, batch, beam_size=100, max_len=5, min_len=1, length_penalty=length_penalty)
+        out = beam_search(model, model.encode(batch), beam_size=100, max_len=5, min_len=1,
+                          length_penalty=length_penalty)
         for ids, log_probs, n in zip(out.ids.tolist(), out.log_probs, out.lengths.tolist()):
             assert ids[:n] == best
             assert log_probs.sum().item() / n ** length_penalty == pytest.approx(best_score, abs=1e-5)
@@ -196,9 +200,10 @@ def test_beam_settings_that_decode_pass_and_unknown_names_are_refused():
 def test_untrained_decodes_run_to_max_len_and_are_masked(untrained):
     model, batch = untrained
     with torch.no_grad():
-        outs = [greedy(model, batch, max_len=7), sample(model, batch, 7, generator=torch.Generator().manual_seed(0)),
-                sample_and_greedy(model, batch, 7, generator=torch.Generator().manual_seed(0), samples=3)]
-    outs.append(beam_search(model, batch, beam_size=3, max_len=7, min_len=2))
+        enc = model.encode(batch)
+        outs = [greedy(model, enc, max_len=7), sample(model, enc, 7, generator=torch.Generator().manual_seed(0)),
+                sample_and_greedy(model, enc, 7, generator=torch.Generator().manual_seed(0), samples=3)]
+    outs.append(beam_search(model, enc, beam_size=3, max_len=7, min_len=2))
     for out in outs:
         assert_well_formed(model, batch.index_select(rollout_rows(len(batch), 3, True)) if len(out.lengths) > len(batch)
                            else batch, out, max_len=7)
@@ -208,11 +213,12 @@ def test_trained_decodes_stop_at_eos_and_are_masked(toy):
     vocab, _, batches, _, model = toy
     batch = batches[0]
     with torch.no_grad():
-        g = greedy(model, batch, max_len=30)
-        both = sample_and_greedy(model, batch, 30, generator=torch.Generator().manual_seed(0))
+        enc = model.encode(batch)
+        g = greedy(model, enc, max_len=30)
+        both = sample_and_greedy(model, enc, 30, generator=torch.Generator().manual_seed(0))
         s, sg = both.rows(slice(0, len(batch))), both.rows(slice(len(batch), None))
-    b = beam_search(model, batch, beam_size=4, max_len=30, min_len=0)
-    long = beam_search(model, batch, beam_size=4, max_len=30, min_len=12)  # longer than the references
+    b = beam_search(model, enc, beam_size=4, max_len=30, min_len=0)
+    long = beam_search(model, enc, beam_size=4, max_len=30, min_len=12)  # longer than the references
     for out in (g, s, sg, b, long):
         assert_well_formed(model, batch, out, max_len=30)
         assert (out.lengths < 30).all()  # the trained model ends its summaries
@@ -221,9 +227,8 @@ def test_trained_decodes_stop_at_eos_and_are_masked(toy):
 
 def test_sampling_is_reproducible_and_keeps_grad(untrained):
     model, batch = untrained
-    a = sample(model, batch, 10, generator=torch.Generator().manual_seed(3))
-    b = sample(model, batch, 10, generator=torch.Generator().manual_seed(3))
-    c = sample(model, batch, 10, generator=torch.Generator().manual_seed(4))
+    enc = model.encode(batch)
+    a, b, c = (sample(model, enc, 10, generator=torch.Generator().manual_seed(seed)) for seed in (3, 3, 4))
     assert torch.equal(a.ids, b.ids) and not torch.equal(a.ids, c.ids)
     assert a.log_probs.requires_grad
     a.log_probs.sum().backward()
@@ -233,10 +238,11 @@ def test_sampling_is_reproducible_and_keeps_grad(untrained):
 def test_sample_and_greedy_halves(untrained):
     model, batch = untrained
     gen = torch.Generator().manual_seed(5)
-    both = sample_and_greedy(model, batch, 10, generator=gen)
+    enc = model.encode(batch)
+    both = sample_and_greedy(model, enc, 10, generator=gen)
     s, g = both.rows(slice(0, len(batch))), both.rows(slice(len(batch), None))
     with torch.no_grad():
-        reference = greedy(model, batch, 10)
+        reference = greedy(model, enc, 10)
     assert torch.equal(g.ids, reference.ids) and torch.equal(g.lengths, reference.lengths)
     torch.testing.assert_close(g.log_probs, reference.log_probs, atol=1e-5, rtol=1e-5)
     assert not s.log_probs.requires_grad and len(s.lengths) == len(batch)
@@ -250,8 +256,9 @@ def test_trigram_blocking(untrained):
         trigrams = [tuple(ids[i:i + 3]) for i in range(len(ids) - 2)]
         return len(trigrams) != len(set(trigrams))
 
-    plain = beam_search(model, batch, beam_size=3, max_len=15, min_len=15)
-    blocked = beam_search(model, batch, beam_size=3, max_len=15, min_len=15, block_trigrams=True)
+    enc = model.encode(batch)
+    plain = beam_search(model, enc, beam_size=3, max_len=15, min_len=15)
+    blocked = beam_search(model, enc, beam_size=3, max_len=15, min_len=15, block_trigrams=True)
     assert any(repeats(ids) for ids in plain.ids.tolist())  # the untrained model does repeat itself
     assert not any(repeats(ids[:n]) for ids, n in zip(blocked.ids.tolist(), blocked.lengths.tolist()))
 
@@ -261,8 +268,9 @@ def test_beam_beats_greedy_on_length_normalised_score(toy):
     beam_scores, greedy_scores = [], []
     for batch in batches:
         with torch.no_grad():
-            greedy_scores.append(normalised_scores(greedy(early, batch, max_len=30)))
-        beam_scores.append(normalised_scores(beam_search(early, batch, beam_size=4, max_len=30, min_len=0)))
+            enc = early.encode(batch)
+            greedy_scores.append(normalised_scores(greedy(early, enc, max_len=30)))
+        beam_scores.append(normalised_scores(beam_search(early, enc, beam_size=4, max_len=30, min_len=0)))
     beam_scores, greedy_scores = torch.cat(beam_scores), torch.cat(greedy_scores)
     assert (beam_scores >= greedy_scores - 1e-4).float().mean() >= 0.9
     assert beam_scores.mean() > greedy_scores.mean() + 1e-3
@@ -275,7 +283,7 @@ def test_overfits_toy_corpus_and_copies_oov_names(toy):
     f_scores, copied = [], set()
     for start, batch in zip(range(0, len(examples), 16), batches):
         with torch.no_grad():
-            out = greedy(model, batch, max_len=30)
+            out = greedy(model, model.encode(batch), max_len=30)
         for ex, ids, oovs in zip(examples[start:start + 16], out.ids.tolist(), batch.oovs):
             tokens = vocab.decode(ids, oovs)
             reference = " ".join(t for s in ex.reference for t in s)
@@ -290,9 +298,10 @@ def test_decoders_stay_on_cuda(untrained):
     model, batch = untrained
     model, batch = model.cuda(), batch.to("cuda")
     with torch.no_grad():
-        outs = [greedy(model, batch, 8), sample(model, batch, 8, generator=torch.Generator("cuda").manual_seed(0)),
-                sample_and_greedy(model, batch, 8, generator=torch.Generator("cuda").manual_seed(0))]
-    outs.append(beam_search(model, batch, beam_size=3, max_len=8, min_len=2, block_trigrams=True))
+        enc = model.encode(batch)
+        outs = [greedy(model, enc, 8), sample(model, enc, 8, generator=torch.Generator("cuda").manual_seed(0)),
+                sample_and_greedy(model, enc, 8, generator=torch.Generator("cuda").manual_seed(0))]
+    outs.append(beam_search(model, enc, beam_size=3, max_len=8, min_len=2, block_trigrams=True))
     for out in outs:
         assert out.ids.is_cuda and out.log_probs.is_cuda and out.lengths.is_cuda
     with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -306,3 +315,141 @@ def test_sample_categorical_matches_its_distribution():
     freq = torch.stack([torch.bincount(draws[:, r], minlength=6).float() / len(draws) for r in range(2)])
     torch.testing.assert_close(freq, probs / probs.sum(1, keepdim=True), atol=0.025, rtol=0)
     assert (freq[probs == 0] == 0).all()  # zero-probability entries are never drawn
+
+
+# ---- the step-processor seam and the copy mask ------------------------------------------------------------------
+RECORDED = Path(__file__).parent / "data" / "decoding_e2caee7.json"
+
+
+def recorded_setting(coverage: bool) -> tuple[PointerGenerator, Batch]:
+    """The untrained models and articles whose decodes were recorded at commit e2caee7, before step processors:
+    sharpened weights, so that argmax choices are far from ties and sequences end at different steps."""
+    torch.manual_seed(0)
+    vocab = toy_vocab()
+    model = PointerGenerator(PointerGeneratorConfig(vocab_size=len(vocab), emb_dim=16, hidden_dim=24,
+                                                    coverage=coverage, dec_layers=2 if coverage else 1))
+    with torch.no_grad():
+        model.out_vocab.weight.mul_(8)
+        model.out_vocab.bias[model.config.eos_id] += 2.0
+        model.v.weight.mul_(4)
+        model.w_c.fill_(0.5)
+    return model.eval(), collate(toy_corpus(8, seed=1), vocab)
+
+
+def test_decoders_match_recorded_outputs():
+    """With no copy mask and no extra processors, every decoder gives exactly what it gave before the seam."""
+    recorded = json.loads(RECORDED.read_text())
+    for coverage in (False, True):
+        model, batch = recorded_setting(coverage)
+        with torch.no_grad():
+            enc = model.encode(batch)
+            outs = {"greedy": greedy(model, enc, 12),
+                    "sample": sample(model, enc, 12, generator=torch.Generator().manual_seed(0)),
+                    "sample_and_greedy": sample_and_greedy(model, enc, 12, samples=2,
+                                                           generator=torch.Generator().manual_seed(1)),
+                    "beam": beam_search(model, enc, beam_size=3, max_len=12, min_len=4),
+                    "beam_blocked": beam_search(model, enc, beam_size=3, max_len=12, min_len=0, length_penalty=0.5,
+                                                block_trigrams=True)}
+        for name, out in outs.items():
+            expected = recorded[f"{'coverage' if coverage else 'plain'}/{name}"]
+            assert out.ids.tolist() == expected["ids"], name
+            assert out.lengths.tolist() == expected["lengths"], name
+            torch.testing.assert_close(out.log_probs, torch.tensor(expected["log_probs"]), atol=1e-4, rtol=0)
+
+
+def test_encoder_output_rows_follow_every_field(untrained):
+    model, batch = untrained
+    with torch.no_grad():
+        enc = replace(model.encode(batch), copy_mask=torch.rand(batch.src.shape))
+    index = torch.tensor([3, 0, 0])
+    picked = enc.index_select(index)
+    for f in fields(enc):
+        value, got = getattr(enc, f.name), getattr(picked, f.name)
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(got, value[index]), f.name
+    for f in fields(enc.init):
+        rows = 1 if f.name in ("h", "c") else 0  # [L, B, H] states
+        assert torch.equal(getattr(picked.init, f.name), getattr(enc.init, f.name).index_select(rows, index)), f.name
+
+
+def masked_encoding(model: PointerGenerator, batch: Batch, renormalize: bool, seed: int = 0):
+    """The articles' encoding with a random copy mask: weight 2 on about half the tokens, 0 elsewhere."""
+    keep = torch.rand(batch.src.shape, generator=torch.Generator().manual_seed(seed)) < 0.5
+    return replace(model.encode(batch), copy_mask=keep.float() * (1.0 if renormalize else 2.0),
+                   renormalize_copy=renormalize)
+
+
+def test_copy_distribution_follows_the_mask(untrained):
+    """Scaled: (1 − p_gen)·a_i·w_i, not renormalised (Gehrmann et al.); renormalised: the copy mass is 1 − p_gen on
+    the kept tokens, and a row that keeps none generates only."""
+    model, batch = untrained
+    with torch.no_grad():
+        enc = model.encode(batch)
+    B, S = batch.src.shape
+    attn = torch.softmax(torch.randn(B, S).masked_fill(~batch.src_mask, float("-inf")), -1)
+    logit = torch.randn(B)
+    weights = (torch.rand(B, S, generator=torch.Generator().manual_seed(1)) < 0.5).float()
+    weights[0] = 0  # article 0 keeps nothing
+    p_gen, copy = model.copy_distribution(logit, attn, replace(enc, copy_mask=2 * weights))
+    torch.testing.assert_close(copy, (1 - torch.sigmoid(logit))[:, None] * attn * 2 * weights)
+    p_gen, copy = model.copy_distribution(logit, attn, replace(enc, copy_mask=weights, renormalize_copy=True))
+    assert (copy[weights == 0] == 0).all()
+    assert p_gen[0] == 1 and (copy[0] == 0).all()
+    torch.testing.assert_close(p_gen[1:] + copy[1:].sum(-1), torch.ones(B - 1))
+    p_gen, copy = model.copy_distribution(logit, attn, enc)  # no mask: as before
+    torch.testing.assert_close(copy, (1 - torch.sigmoid(logit))[:, None] * attn)
+
+
+def test_masked_tokens_are_never_copied_and_renormalised_steps_sum_to_one(toy):
+    vocab, _, batches, _, model = toy
+    batch = batches[0]
+    start = torch.full((len(batch),), vocab.bos_id)
+    for renormalize in (False, True):
+        with torch.no_grad():
+            enc = masked_encoding(model, batch, renormalize)
+            probs, _, _ = model.step_probs(enc, enc.init, start)
+        masked = enc.copy_mask == 0
+        checked = 0
+        for b in range(len(batch)):  # an article OOV (never generated) seen only at masked positions: probability 0
+            real = batch.src_mask[b]
+            for x in set(batch.src_ext[b][real].tolist()) - set(range(len(vocab))):
+                if bool(masked[b][(batch.src_ext[b] == x) & real].all()):
+                    assert probs[b, x] == 0
+                    checked += 1
+                else:
+                    assert probs[b, x] > 0
+        assert checked > 0
+        if renormalize:
+            torch.testing.assert_close(probs.sum(-1), torch.ones(len(batch)), atol=1e-5, rtol=0)
+
+
+def test_teacher_forcing_and_decoding_share_the_masked_copy(toy):
+    """log p(target) under teacher forcing is the decoder's full distribution at the target, mask included."""
+    _, _, batches, _, model = toy
+    batch = batches[1]
+    for renormalize in (False, True):
+        with torch.no_grad():
+            enc = masked_encoding(model, batch, renormalize, seed=2)
+            out, p_gen_logit, attn, _ = model._unroll(enc, batch.dec_in)
+            expected = model.log(model._extended_probs(out, p_gen_logit, attn, enc)).gather(
+                -1, batch.target.unsqueeze(-1)).squeeze(-1) * batch.target_mask
+            got = model.teacher_forced(enc, batch.dec_in, batch.target).log_probs
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+        plain = model.teacher_forced(model.encode(batch), batch.dec_in, batch.target).log_probs
+        assert not torch.allclose(got, plain)  # the mask changed something
+
+
+def test_masked_beam_search_is_the_same_batched_or_one_by_one(toy):
+    _, _, batches, _, model = toy
+    batch = batches[2]
+    for renormalize in (False, True):
+        with torch.no_grad():
+            enc = masked_encoding(model, batch, renormalize, seed=3)
+        batched = beam_search(model, enc, beam_size=3, max_len=20, min_len=3)
+        for i in range(len(batch)):
+            with torch.no_grad():
+                alone = replace(model.encode(batch.index_select([i])), copy_mask=enc.copy_mask[i:i + 1],
+                                renormalize_copy=renormalize)
+            single = beam_search(model, alone, beam_size=3, max_len=20, min_len=3)
+            n = int(single.lengths[0])
+            assert batched.ids[i, :n].tolist() == single.ids[0, :n].tolist() and batched.lengths[i] == n

@@ -86,7 +86,7 @@ def replayed_loss(module, batch, seed, k, baseline):
     torch.manual_seed(seed)
     enc = model.encode(batch)
     model.eval()
-    decoded = sample_and_greedy(model, batch, module.rl_max_len, enc=enc, samples=k,
+    decoded = sample_and_greedy(model, enc, module.rl_max_len, samples=k,
                                 with_greedy=baseline == "greedy")
     model.train()
     rows = rollout_rows(B, k, baseline == "greedy")
@@ -129,7 +129,7 @@ def test_k1_greedy_equals_the_self_critical_loss():
     torch.manual_seed(5)
     enc = module.model.encode(batch)
     module.model.eval()
-    both = sample_and_greedy(module.model, batch, module.rl_max_len, enc=enc)
+    both = sample_and_greedy(module.model, enc, module.rl_max_len)
     module.model.train()
     s, g = both.rows(slice(0, B)), both.rows(slice(B, None))
     reward = lambda d: torch.where(batch.has_reference,  # noqa: E731

@@ -32,7 +32,7 @@ def fit(module, loader, steps):
 @torch.no_grad()
 def greedy_reward(model, batch, vocab, reward):
     model.eval()
-    out = greedy(model, batch, 60)
+    out = greedy(model, model.encode(batch), 60)
     model.train()
     return reward(RewardInput.from_decoded(out.ids, out.lengths, batch, vocab)).mean().item()
 

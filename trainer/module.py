@@ -113,7 +113,7 @@ class SummarizationModule(pl.LightningModule):
         start = time.perf_counter()
         # The baseline decodes in test-time mode (no dropout); k samples and the greedy rows share one batched loop.
         self.model.eval()
-        decoded = sample_and_greedy(self.model, batch, self.rl_max_len, enc=enc, samples=k, with_greedy=with_greedy)
+        decoded = sample_and_greedy(self.model, enc, self.rl_max_len, samples=k, with_greedy=with_greedy)
         self.model.train()
         decode_end = time.perf_counter()
         rows = rollout_rows(B, k, with_greedy)
@@ -189,13 +189,14 @@ class SummarizationModule(pl.LightningModule):
         second loader, `dataloader_idx` 1: articles of one source, none with a reference) logs the metrics that need
         no reference as `val/<metric>/<source>`."""
         labelled = bool(batch.has_reference.all())
-        decoded = greedy(self.model, batch, self.val_max_len)
+        enc = self.model.encode(batch)
+        decoded = greedy(self.model, enc, self.val_max_len)
         inputs = RewardInput.from_decoded(decoded.ids, decoded.lengths, batch, self.vocab)
         values = {"length": inputs.hyp_lens.float().mean(),
                   "repeated_trigrams": repeated_ngram_rate(decoded.ids, decoded.lengths,
                                                            len(self.vocab) + batch.n_copy_oovs)}
         if labelled:
-            values |= {"loss": self.model.mle_loss(batch)["loss"], "rouge_l": self.rouge_l(inputs).mean()}
+            values |= {"loss": self.model.mle_loss(batch, enc=enc)["loss"], "rouge_l": self.rouge_l(inputs).mean()}
         if self.reward is not None and (labelled or not self.reward.needs_reference):
             values["reward"] = self._reward(inputs)[0].nanmean()  # the mean over the rows it applies to
         where = "" if labelled else f"/{batch.domains[0]}"
@@ -206,7 +207,7 @@ class SummarizationModule(pl.LightningModule):
 
     # ---------------------------------------------------------------- test
     def test_step(self, batch: Batch, batch_idx: int) -> None:
-        decoded = beam_search(self.model, batch, **self.beam)
+        decoded = beam_search(self.model, self.model.encode(batch), **self.beam)
         self._test_rows.extend(self.summaries(decoded, batch))
 
     def summaries(self, decoded: Decoded, batch: Batch) -> list[dict]:
