@@ -7,6 +7,9 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from conftest import write_selector_checkpoint
+from trainer.vocab import Vocabulary
+
 CONF = Path(__file__).resolve().parents[1] / "conf"
 BASE = ["output_dir=/tmp/sumrl-test", "run_name=test", "cache_dir=/tmp/sumrl-test-cache"]
 
@@ -27,6 +30,9 @@ def test_group_options_compose_and_instantiate(group, tmp_path, tiny_qa_model, m
         overrides = [f"{group}={option}"]
         if option == "local":
             overrides.append(f"data.train.path={tmp_path / 'd.jsonl'}")
+        if option == "bottom_up":
+            vocab = Vocabulary([f"w{i}" for i in range(96)])  # 100 entries with the specials, as below
+            overrides.append(f"model.selector={write_selector_checkpoint(tmp_path / 'selector.ckpt', vocab)}")
         cfg = compose_train(overrides)
         node = {"data": cfg.data, "model": cfg.model, "optimizer": cfg.optimizer, "reward": cfg.reward,
                 "gamma": cfg.gamma, "logger": cfg.logger, "callbacks": cfg.callbacks}[group]
@@ -68,3 +74,16 @@ def test_module_config_instantiates_with_reward_and_metrics():
     module = instantiate(cfg.module, model=PointerGenerator(PointerGeneratorConfig(vocab_size=10)),
                          vocab=Vocabulary([]), output_dir="/tmp/x")
     assert module.reward.name and set(module.metrics) == {"wms", "sms", "s_wms"}
+
+
+def test_content_selector_config_brings_its_module_and_stage():
+    from models.bottom_up import ContentSelector
+    from trainer.selector_module import ContentSelectorModule
+    from trainer.vocab import Vocabulary
+
+    cfg = compose_train(["model=content_selector", "module.glove=false"])
+    assert (cfg.stage, cfg.monitor.metric, cfg.monitor.mode, cfg.init_from) == ("selector", "val/loss", "min", None)
+    model = instantiate(OmegaConf.merge(cfg.model, {"config": {"vocab_size": 10}}))
+    module = instantiate(cfg.module, model=model, vocab=Vocabulary([]), output_dir="/tmp/x")
+    assert isinstance(model, ContentSelector) and isinstance(module, ContentSelectorModule)
+    assert module.optimizer_factory.keywords["lr"] == cfg.stages.selector.lr

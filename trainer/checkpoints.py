@@ -119,6 +119,12 @@ class LatestCheckpoint(Checkpoint):
         set_rng_states(state_dict["rng"])
 
 
+def checkpoint_description(stage: str, model: torch.nn.Module, vocab: Vocabulary) -> dict[str, Any]:
+    """A module's `checkpoint["sumrl"]`, read back by `checkpoint_info`: enough to rebuild the model without the
+    run's config, and to refuse it where it does not fit."""
+    return {"stage": stage, "model_config": asdict(model.config), "vocab": vocab.itos}
+
+
 def checkpoint_info(path: str | Path) -> dict[str, Any]:
     """The checkpoint's own description (stage, model config, vocabulary) and its weights; errors name the file.
     Memory-mapped: a resume reads the file again through Lightning, so this pass reads only what it uses."""
@@ -134,8 +140,8 @@ def checkpoint_info(path: str | Path) -> dict[str, Any]:
     return {**checkpoint["sumrl"], "state_dict": checkpoint["state_dict"]}
 
 
-def check_compatible(info: dict[str, Any], path: str | Path, model: torch.nn.Module, vocab: Vocabulary) -> None:
-    """Refuse a checkpoint whose vocabulary or model settings differ from this run's."""
+def check_vocabulary(info: dict[str, Any], path: str | Path, vocab: Vocabulary) -> None:
+    """Refuse a checkpoint trained on another vocabulary than this run's."""
     theirs, ours = info["vocab"], vocab.itos
     if theirs != ours:
         agree = sum(a == b for a, b in zip(theirs, ours))
@@ -143,6 +149,11 @@ def check_compatible(info: dict[str, Any], path: str | Path, model: torch.nn.Mod
         raise CheckpointError(
             f"checkpoint {path} was trained on another vocabulary ({agree} of {len(ours)} entries agree, the first "
             f"difference at index {first}): use the same data and data.vocab_size / data.max_source_len")
+
+
+def check_compatible(info: dict[str, Any], path: str | Path, model: torch.nn.Module, vocab: Vocabulary) -> None:
+    """Refuse a checkpoint whose vocabulary or model settings differ from this run's."""
+    check_vocabulary(info, path, vocab)
     ours_config = asdict(model.config)
     for key, value in info["model_config"].items():
         if ours_config.get(key) != value:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
@@ -17,6 +16,7 @@ from rewards.base import Reward, RewardInput, WeightedSum
 from rewards.rouge import RougeL
 from trainer.baselines import Baseline, GreedyBaseline
 from trainer.batch import Batch
+from trainer.checkpoints import checkpoint_description
 from trainer.diagnostics import novel_ngram_rate, repeated_ngram_counts, repeated_ngram_rate
 from trainer.evaluate import as_text, evaluate
 from trainer.schedules import Constant
@@ -238,6 +238,4 @@ class SummarizationModule(pl.LightningModule):
 
     # ---------------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        # Enough to rebuild the model without the run's config, and to refuse it where it does not fit.
-        checkpoint["sumrl"] = {"stage": self.stage, "model_config": asdict(self.model.config),
-                               "vocab": self.vocab.itos}
+        checkpoint["sumrl"] = checkpoint_description(self.stage, self.model, self.vocab)

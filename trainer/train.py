@@ -11,12 +11,14 @@ from typing import Any
 import hydra
 import pytorch_lightning as pl
 import torch
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.utilities import rank_zero_only
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from trainer.checkpoints import AtomicCheckpointIO, check_resume, keep_start_as_best, load_model_weights
+from trainer.checkpoints import (AtomicCheckpointIO, check_resume, check_vocabulary, checkpoint_info,
+                                 keep_start_as_best, load_model_weights)
 from trainer.data import SummarizationData
 from trainer.evaluate import results_table
 from trainer.module import SummarizationModule
@@ -72,15 +74,22 @@ def check_run_dir(cfg: DictConfig) -> None:
                             f"(hydra.sweep.dir) a new folder, or resume it with ckpt_path={out}/checkpoints/last.ckpt")
 
 
-def build(cfg: DictConfig) -> tuple[SummarizationData, SummarizationModule]:
+def build(cfg: DictConfig) -> tuple[SummarizationData, pl.LightningModule]:
     data: SummarizationData = instantiate(cfg.data)
     data.setup()
-    model = instantiate(OmegaConf.merge(cfg.model, {"config": {"vocab_size": len(data.vocab)}}))
+    try:
+        model = instantiate(OmegaConf.merge(cfg.model, {"config": {"vocab_size": len(data.vocab)}}))
+    except InstantiationException as error:  # a refused setting or file (a selector checkpoint): its own message
+        if isinstance(error.__cause__, ValueError):
+            raise error.__cause__ from None
+        raise
+    for path in getattr(model, "frozen_checkpoints", []):  # frozen parts it reads (a bottom-up model's selector)
+        check_vocabulary(checkpoint_info(path), path, data.vocab)
     if cfg.ckpt_path:
         check_resume(cfg.ckpt_path, cfg.stage, model, data.vocab)
     elif cfg.init_from and cfg.init_from != "none":
         load_model_weights(model, cfg.init_from, data.vocab)
-    elif cfg.stage != "mle" and cfg.train and cfg.init_from != "none":
+    elif cfg.stage == "mixed" and cfg.train and cfg.init_from != "none":
         raise SettingsError("a reward other than mle trains the mixed stage, which starts from an MLE model: set "
                             "mle_checkpoint=<mle run>/checkpoints/best.ckpt (or init_from=none for random weights)")
     module = instantiate(cfg.module, model=model, vocab=data.vocab, output_dir=cfg.output_dir,
@@ -122,7 +131,7 @@ def run(cfg: DictConfig) -> dict:
     if not cfg.ckpt_path:  # a resume keeps the record of how the run was started (and was checked against it)
         (Path(cfg.output_dir) / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     if cfg.train:
-        if cfg.validate_at_start and module.reward is not None and not cfg.ckpt_path:
+        if cfg.validate_at_start and cfg.stage == "mixed" and not cfg.ckpt_path:
             trainer.validate(module, datamodule=data, verbose=False)  # the curve's first point: where RL starts
             keep_start_as_best(trainer)
         try:

@@ -1,0 +1,158 @@
+"""Bottom-up summarization (Gehrmann et al. 2018): a content selector tags the source tokens a summary may copy,
+and the pointer-generator's copy attention is masked with its probabilities.
+
+Shapes: B batch, S source length, E embedding size, H hidden size.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from models.pointer_generator import BiLSTMEncoder, EncoderOutput, PointerGenerator, PointerGeneratorConfig
+from trainer.batch import Batch
+from rewards.embeddings import GloveEmbeddings
+from trainer.checkpoints import CheckpointError, checkpoint_info
+from trainer.vocab import Vocabulary
+
+SELECTOR_STAGE = "selector"  # the stage recorded in a content selector's checkpoints
+
+
+def selection_labels(source: list[str], reference: list[str]) -> list[int]:
+    """1 for each source token inside a span copied from the reference, else 0 (Gehrmann et al. 2018, §3).
+
+    Greedy, left to right: at each source position take the longest span starting there that occurs as contiguous
+    tokens anywhere in the reference; label it 1 unless the same span was labelled before (each span once), and
+    jump past it; with no match, label 0 and move on. A span of one token counts, as in the original.
+
+    Matching is on whole tokens: Gehrmann et al.'s code matches a span's characters anywhere in the summary
+    string, so "art" matches inside "party". (Using up reference tokens instead would make "longest" moot: every
+    word would be labelled at its first k occurrences, k its count in the reference.)
+    """
+    starts = defaultdict(list)  # token -> its positions in the reference: only these can start a match
+    for j, token in enumerate(reference):
+        starts[token].append(j)
+    labels, labelled = [0] * len(source), set()
+    i = 0
+    while i < len(source):
+        longest = 0
+        for j in starts.get(source[i], ()):
+            n = 1
+            while i + n < len(source) and j + n < len(reference) and source[i + n] == reference[j + n]:
+                n += 1
+            longest = max(longest, n)
+        span = tuple(source[i:i + longest])
+        if longest and span not in labelled:
+            labels[i:i + longest] = [1] * longest
+            labelled.add(span)
+        i += max(longest, 1)
+    return labels
+
+
+@dataclass
+class ContentSelectorConfig:
+    vocab_size: int = 50_000
+    emb_dim: int = 128
+    hidden_dim: int = 256
+    layers: int = 2
+    dropout: float = 0.0
+    pad_id: int = Vocabulary.pad_id
+
+
+class ContentSelector(nn.Module):
+    """A tagger over source tokens: embeddings, a bidirectional LSTM, and one logit per token (selected or not)."""
+
+    def __init__(self, config: ContentSelectorConfig):
+        super().__init__()
+        self.config = cfg = config
+        self.embedding = nn.Embedding(cfg.vocab_size, cfg.emb_dim, padding_idx=cfg.pad_id)
+        self.encoder = BiLSTMEncoder(cfg.emb_dim, cfg.hidden_dim, cfg.layers, cfg.dropout)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.out = nn.Linear(2 * cfg.hidden_dim, 1)
+
+    def forward(self, src: Tensor, src_mask: Tensor) -> Tensor:
+        """src [B, S] vocabulary ids, src_mask [B, S] True on real tokens (right-padded) -> logits [B, S]; the
+        logits of padding positions mean nothing."""
+        lengths = src_mask.sum(1).clamp(min=1)  # an empty row runs one (pad) step rather than none
+        x = self.dropout(self.embedding(src))  # [B, S, E]
+        h, _, _ = self.encoder(x, lengths)  # [B, S, 2H]
+        return self.out(self.dropout(h)).squeeze(-1)  # [B, S]
+
+    def probabilities(self, src: Tensor, src_mask: Tensor) -> Tensor:
+        """The selection probability of each source token [B, S], 0 on padding."""
+        return torch.sigmoid(self(src, src_mask)) * src_mask
+
+
+def copy_glove(embedding: nn.Embedding, vocab: Vocabulary) -> int:
+    """Copy GloVe 6B 50d vectors into the rows of the vocabulary's words that GloVe has; the other rows (specials,
+    rare words) keep their initialisation. Returns the number of rows copied."""
+    glove = GloveEmbeddings().word_vectors
+    if embedding.embedding_dim != glove.matrix.shape[1]:
+        raise ValueError(f"GloVe vectors have {glove.matrix.shape[1]} dimensions, the embedding "
+                         f"{embedding.embedding_dim}: set model.config.emb_dim={glove.matrix.shape[1]}")
+    rows = [i for i, word in enumerate(vocab.itos) if word in glove.row]
+    vectors = glove.matrix[[glove.row[vocab.itos[i]] for i in rows]]
+    with torch.no_grad():
+        embedding.weight[rows] = torch.from_numpy(vectors).to(embedding.weight)
+    return len(rows)
+
+
+def load_content_selector(path: str | Path, vocab_size: int) -> ContentSelector:
+    """A trained content selector from its checkpoint, frozen: eval mode, no gradients."""
+    info = checkpoint_info(path)
+    if info.get("stage") != SELECTOR_STAGE:
+        raise CheckpointError(f"checkpoint {path} is not a content selector (its stage is {info.get('stage')!r}): "
+                              f"train one with model=content_selector")
+    config = ContentSelectorConfig(**info["model_config"])
+    if config.vocab_size != vocab_size:
+        raise CheckpointError(f"content selector {path} has vocab_size {config.vocab_size}, this run "
+                              f"{vocab_size}: train the selector on the same data")
+    model = ContentSelector(config)
+    model.load_state_dict({k.removeprefix("model."): v for k, v in info["state_dict"].items()
+                           if k.startswith("model.")})
+    return model.eval().requires_grad_(False)
+
+
+class BottomUp(PointerGenerator):
+    """A pointer-generator whose copy attention a frozen content selector masks (Gehrmann et al. 2018): source
+    tokens with selection probability below `threshold` are never copied; the others' attention is multiplied by
+    `scale` (the original's `attn · tags · 2`) or, with `renormalize`, renormalised to sum to 1.
+
+    Its weights are exactly a pointer-generator's: a pointer-generator checkpoint initialises it and its own
+    checkpoints are pointer-generator checkpoints. The selector is not a submodule, so no optimizer, DDP wrapper or
+    checkpoint sees it; it follows the articles' device and runs under `inference_mode`. The mask applies whenever
+    the model is in eval mode (validation, test, RL's decodes are drawn from a train-mode encoding) and in training
+    only with `mask_in_training`: a training step's one encoding then masks both its MLE and its RL terms."""
+
+    def __init__(self, config: PointerGeneratorConfig, selector: str, threshold: float = 0.15,
+                 renormalize: bool = False, scale: float = 2.0, mask_in_training: bool = False):
+        super().__init__(config)
+        if not 0 <= threshold <= 1:
+            raise ValueError(f"model.threshold must be in [0, 1], got {threshold}")
+        self.selector_path = str(Path(selector).expanduser())
+        self.__dict__["selector"] = load_content_selector(self.selector_path, config.vocab_size)  # not registered
+        self.threshold, self.renormalize, self.scale = threshold, renormalize, scale
+        self.mask_in_training = mask_in_training
+
+    @property
+    def frozen_checkpoints(self) -> list[str]:
+        """Checkpoints this model reads besides its own weights: `trainer.train` checks their vocabulary."""
+        return [self.selector_path]
+
+    def copy_mask(self, src: Tensor, src_mask: Tensor) -> Tensor:
+        """[B, S] weights on the copy attention: `scale` (1 when renormalising) where the selector keeps a token."""
+        selector = self.selector
+        if next(selector.parameters()).device != src.device:
+            selector.to(src.device)
+        with torch.inference_mode():
+            keep = selector.probabilities(src, src_mask) >= self.threshold
+        return keep.float().clone() * (1.0 if self.renormalize else self.scale)  # clone: a normal tensor again
+
+    def encode(self, batch: Batch) -> EncoderOutput:
+        enc = super().encode(batch)
+        if self.training and not self.mask_in_training:
+            return enc
+        return replace(enc, copy_mask=self.copy_mask(batch.src, batch.src_mask), renormalize_copy=self.renormalize)
