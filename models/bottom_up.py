@@ -123,9 +123,9 @@ class BottomUp(PointerGenerator):
 
     Its weights are exactly a pointer-generator's: a pointer-generator checkpoint initialises it and its own
     checkpoints are pointer-generator checkpoints. The selector is not a submodule, so no optimizer, DDP wrapper or
-    checkpoint sees it; it follows the articles' device and runs under `inference_mode`. The mask applies whenever
-    the model is in eval mode (validation, test, RL's decodes are drawn from a train-mode encoding) and in training
-    only with `mask_in_training`: a training step's one encoding then masks both its MLE and its RL terms."""
+    checkpoint sees it; it follows the articles' device and runs under `inference_mode`. The mask applies in eval
+    mode (validation, test) and, with `mask_in_training`, in training too: a training step encodes once, so its RL
+    samples, its MLE term and its RL term all see the same mask, or none."""
 
     def __init__(self, config: PointerGeneratorConfig, selector: str, threshold: float = 0.15,
                  renormalize: bool = False, scale: float = 2.0, mask_in_training: bool = False):
@@ -149,7 +149,7 @@ class BottomUp(PointerGenerator):
             selector.to(src.device)
         with torch.inference_mode():
             keep = selector.probabilities(src, src_mask) >= self.threshold
-        return keep.float().clone() * (1.0 if self.renormalize else self.scale)  # clone: a normal tensor again
+        return keep.float() * (1.0 if self.renormalize else self.scale)  # outside inference_mode: a normal tensor
 
     def encode(self, batch: Batch) -> EncoderOutput:
         enc = super().encode(batch)

@@ -7,8 +7,8 @@ Each run is a directory with `config.yaml` and `checkpoints/`. A run whose test 
 decoded yet is decoded now with beam search from its best checkpoint. Every run is then scored with the
 same metrics (ROUGE from rouge-score; the mover's metrics with exact EMD), whatever it trained with.
 
-Every other row is compared with the MLE row article by article: a paired bootstrap over the test
-articles gives each difference a 95% percentile interval. Writes table4.md (printed too), table4.csv,
+Every other row is compared with the MLE row (or the run named by --baseline) article by article: a
+paired bootstrap over the test articles gives each difference a 95% percentile interval. Writes table4.md (printed too), table4.csv,
 table4.json and table4_diff.png.
 """
 from __future__ import annotations
@@ -35,10 +35,17 @@ from trainer.vocab import split_at_sentence_ends  # noqa: E402
 ROW_NAMES = {"mle": "MLE+Pgen (no reward)", "rouge_l": "Mixed w/ ROUGE-L", "wms": "Mixed w/ WMS",
              "sms": "Mixed w/ SMS", "s_wms": "Mixed w/ S+WMS", "qa_conf": "Mixed w/ QAconf",
              "qa_fscore": "Mixed w/ QAfscore", "qa_learned": "Mixed w/ QA learned", "qa_equally": "Mixed w/ QA equally"}
+# Bottom-up copying (conf/experiment/bottom_up_sample_grid.yaml): runs named bottom_up_<reward>.
+ROW_NAMES |= {f"bottom_up_{name}": "Bottom-up " + row.removeprefix("MLE+Pgen ") for name, row in list(ROW_NAMES.items())}
+# Scialom et al.'s Table 2 (conf/experiment/scialom_table2*.yaml): runs named <reward>+<data>, one per data option.
+for data in ("cnndm", "cnndm_sample"):
+    ROW_NAMES[f"mle+{data}"] = ROW_NAMES["mle"]
+    ROW_NAMES |= {f"qa_learned+{data}{suffix}": f"+QA learned{row}" for suffix, row in (
+        ("", ""), ("_tldr", " + TL;DR"), ("_val", " + CNN-DM (VAL)"), ("_test", " + CNN-DM (TEST)"))}
 # The metric each reward run optimised: Table 4's diagonal compares it with the MLE row's.
 OWN_METRIC = {"rouge_l": "rougeL", "wms": "wms", "sms": "sms", "s_wms": "s_wms", "qa_conf": "qa_conf",
               "qa_fscore": "qa_fscore"}
-BASELINE = ROW_NAMES["mle"]
+OWN_METRIC |= {f"bottom_up_{name}": metric for name, metric in OWN_METRIC.items()}
 STORED_METRICS = ("qa_conf", "qa_fscore")  # test-time scores of runs that had them as metrics
 LEVEL = 0.95
 
@@ -100,18 +107,18 @@ def format_interval(interval: Interval) -> str:
 
 
 def significance_report(results: dict[str, dict[str, float]], intervals: dict[str, dict[str, Interval]],
-                        resamples: int, seed: int) -> str:
-    """Markdown: every row's difference from MLE per metric, then each reward row on its own metric."""
+                        baseline: str, resamples: int, seed: int) -> str:
+    """Markdown: every row's difference from the baseline row per metric, then each reward row on its own metric."""
     table = results_table(intervals, cell=lambda iv: format_interval(iv) + ("*" if iv.significant else ""))
-    lines = [f"Difference from {BASELINE}:", "", table, "",
-             f"paired bootstrap over {results[BASELINE]['n']:,} test articles, {resamples:,} resamples, "
+    lines = [f"Difference from {baseline}:", "", table, "",
+             f"paired bootstrap over {results[baseline]['n']:,} test articles, {resamples:,} resamples, "
              f"seed {seed}, {LEVEL:.0%} percentile intervals; * = interval excludes 0"]
     diagonal = []
     for run_name, metric in OWN_METRIC.items():
         row = ROW_NAMES[run_name]
         if metric in intervals.get(row, {}):
             interval = intervals[row][metric]
-            diagonal.append(f"- {row} on {TABLE_COLUMNS.get(metric, metric)}: {results[BASELINE][metric]:.2f} → "
+            diagonal.append(f"- {row} on {TABLE_COLUMNS.get(metric, metric)}: {results[baseline][metric]:.2f} → "
                             f"{results[row][metric]:.2f} ({format_interval(interval)}) "
                             + ("significant" if interval.significant else "not significant"))
     if diagonal:
@@ -136,7 +143,7 @@ def write_csv(path: Path, results: dict[str, dict[str, float]], intervals: dict[
                                      **(interval_fields(interval) if interval else {})})
 
 
-def plot_differences(path: Path, intervals: dict[str, dict[str, Interval]]) -> None:
+def plot_differences(path: Path, intervals: dict[str, dict[str, Interval]], baseline: str) -> None:
     """One panel per metric, one error bar per row: filled where the interval excludes 0, hollow where not."""
     rows = list(intervals)
     metrics = list(intervals[rows[0]])
@@ -156,7 +163,7 @@ def plot_differences(path: Path, intervals: dict[str, dict[str, Interval]]) -> N
         ax.set_visible(False)
     axes[0].set_yticks(range(len(rows)), rows)
     axes[0].invert_yaxis()  # once: the panels share the y axis, so each call would flip it back
-    fig.suptitle(f"Difference from {BASELINE}, {LEVEL:.0%} paired bootstrap intervals "
+    fig.suptitle(f"Difference from {baseline}, {LEVEL:.0%} paired bootstrap intervals "
                  "(filled: interval excludes 0)")
     fig.savefig(path, dpi=120)
 
@@ -184,6 +191,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="overrides of the metric configs, e.g. wms.embeddings.path=glove.840B.300d.txt")
     parser.add_argument("--out", type=Path, help="where to write table4.md/csv/json/png (default: the folder "
                                                   "holding all the runs, e.g. the sweep)")
+    parser.add_argument("--baseline", default="mle", help="the run name of the row the others are compared with "
+                                                          "(bottom_up_mle for the bottom-up grid)")
     parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples per interval")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap's resampling")
     args = parser.parse_args(argv)
@@ -202,16 +211,17 @@ def main(argv: list[str] | None = None) -> None:
     results = {model: means for model, (means, _) in scored.items()}
     report = results_table(results)
     intervals = {}
-    if BASELINE in results and len(results) > 1:
+    baseline = ROW_NAMES.get(args.baseline, args.baseline)
+    if baseline in results and len(results) > 1:
         try:
-            intervals = compare_to_baseline({model: by_id for model, (_, by_id) in scored.items()}, BASELINE,
-                                            [k for k in results[BASELINE] if k != "n"], args.resamples, args.seed,
+            intervals = compare_to_baseline({model: by_id for model, (_, by_id) in scored.items()}, baseline,
+                                            [k for k in results[baseline] if k != "n"], args.resamples, args.seed,
                                             LEVEL)
         except ValueError as error:
             raise SystemExit(f"table4: {error}") from error
-        report += "\n\n" + significance_report(results, intervals, args.resamples, args.seed)
+        report += "\n\n" + significance_report(results, intervals, baseline, args.resamples, args.seed)
     else:
-        print(f"table4: no intervals were computed (they need the {BASELINE} run, run_name mle, "
+        print(f"table4: no intervals were computed (they need the {baseline} run, run_name {args.baseline}, "
               "and at least one other)", file=sys.stderr)
     out = args.out or Path(os.path.commonpath([run.resolve() for run in runs]))
     evidence = validation_evidence({model: run_dirs[model] for model in scored}, out)
@@ -224,7 +234,7 @@ def main(argv: list[str] | None = None) -> None:
         table[model]["vs_mle"] = {metric: interval_fields(interval) for metric, interval in cells.items()}
     (out / "table4.json").write_text(json.dumps(table, indent=2) + "\n")
     if intervals:
-        plot_differences(out / "table4_diff.png", intervals)
+        plot_differences(out / "table4_diff.png", intervals, baseline)
 
 
 if __name__ == "__main__":

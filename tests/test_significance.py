@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -233,3 +234,25 @@ def test_table4_takes_qa_scores_as_the_runs_scored_them(tmp_path, capsys):
     assert table["MLE+Pgen (no reward)"]["qa_conf"] == pytest.approx(10.5)
     assert table["Mixed w/ QAconf"]["vs_mle"]["qa_conf"]["delta"] == pytest.approx(20.0)
     assert "- Mixed w/ QAconf on QAconf: 10.50 → 30.50 (+20.00 [+20.00, +20.00]) significant" in report
+
+
+def test_table4_compares_with_the_baseline_it_is_given(grid, tmp_path, capsys):
+    """The bottom-up grid compares its reward rows with the bottom-up model without a reward (--baseline)."""
+    for name, source in (("bottom_up_mle", "mle"), ("bottom_up_rouge_l", "rouge_l"), ("bottom_up_wms", "wms")):
+        shutil.copytree(grid / source, tmp_path / name)
+        (tmp_path / name / "config.yaml").write_text(f"run_name: {name}\n")
+    load_script("table4").main([str(tmp_path), "--metrics", "--baseline", "bottom_up_mle", "--out", str(tmp_path)])
+    report = capsys.readouterr().out
+    assert "Difference from Bottom-up (no reward):" in report
+    diagonal = [line for line in report.splitlines() if line.startswith("- ") and " on " in line]
+    assert len(diagonal) == 1  # WMS was not computed
+    assert diagonal[0].startswith("- Bottom-up Mixed w/ ROUGE-L on ROUGE-L") and diagonal[0].endswith(") significant")
+
+
+def test_table4_names_scialom_table2_rows(grid, tmp_path, capsys):
+    for name, source in (("mle+cnndm_sample", "mle"), ("qa_learned+cnndm_sample_tldr", "rouge_l")):
+        shutil.copytree(grid / source, tmp_path / name)
+        (tmp_path / name / "config.yaml").write_text(f"run_name: {name}\n")
+    load_script("table4").main([str(tmp_path), "--metrics", "--out", str(tmp_path)])
+    report = capsys.readouterr().out
+    assert "| +QA learned + TL;DR | " in report.split("Difference from MLE+Pgen (no reward):")[1]
