@@ -5,6 +5,7 @@ import csv
 import logging
 import time
 from pathlib import Path
+from typing import Sequence
 
 import pytorch_lightning as pl
 
@@ -12,18 +13,19 @@ log = logging.getLogger(__name__)
 
 PANELS = {"val/reward": "val reward", "val/loss": "val loss", "val/rouge_l": "val ROUGE-L",
           "val/length": "val length (tokens)", "val/repeated_trigrams": "val repeated trigrams"}
+SUMMARY_PANELS = ("val/rouge_l", "val/length", "val/repeated_trigrams")  # beside the reward (or loss) panel
 
 
 class ValidationCurve(pl.Callback):
     """Records each validation's `val/*` means with its optimizer step and the training seconds before it.
     When fitting ends (rank 0) it writes `val_curve.csv` and `val_curve.png` to `output_dir`, and logs and
     prints where the monitored metric started and its best value. Its points travel in checkpoints, so a
-    resumed run keeps its start."""
+    resumed run keeps its start. `panels`: the metrics drawn beside the reward (or loss)."""
 
-    def __init__(self, monitor: str, mode: str, output_dir: str):
+    def __init__(self, monitor: str, mode: str, output_dir: str, panels: Sequence[str] = SUMMARY_PANELS):
         if mode not in ("min", "max"):
             raise ValueError(f"ValidationCurve: mode must be 'min' or 'max', got {mode!r}")
-        self.monitor, self.mode, self.output_dir = monitor, mode, Path(output_dir)
+        self.monitor, self.mode, self.output_dir, self.panels = monitor, mode, Path(output_dir), tuple(panels)
         self.points: list[dict[str, float]] = []
         self._train_start: float | None = None  # None: not fitting yet (a validation before training is at 0 s)
 
@@ -66,7 +68,7 @@ class ValidationCurve(pl.Callback):
         self.output_dir.mkdir(parents=True, exist_ok=True)
         (self.output_dir / "val_summary.txt").write_text(line + "\n", encoding="utf-8")
         self.write_csv(self.output_dir / "val_curve.csv")
-        plot_curves({self.output_dir.name: self.points}, self.output_dir / "val_curve.png")
+        plot_curves({self.output_dir.name: self.points}, self.output_dir / "val_curve.png", self.panels)
 
     def write_csv(self, path: Path) -> None:
         keys = ["step", "seconds"] + sorted({k for p in self.points for k in p} - {"step", "seconds"})
@@ -76,22 +78,23 @@ class ValidationCurve(pl.Callback):
             writer.writerows(self.points)
 
 
-def plot_curves(curves: dict[str, list[dict[str, float]]], path: Path) -> None:
-    """One row of panels per run: its reward (or, for MLE, its loss), ROUGE-L, length and repeated trigrams of
-    greedy validation decodes against the optimizer step, the first value dashed."""
+def plot_curves(curves: dict[str, list[dict[str, float]]], path: Path, panels: Sequence[str] = SUMMARY_PANELS
+                ) -> None:
+    """One row of panels per run: its reward (or, for MLE, its loss), then `panels` (by default ROUGE-L, length
+    and repeated trigrams of greedy validation decodes) against the optimizer step, the first value dashed."""
     from matplotlib.figure import Figure
 
     # A bare Figure draws with Agg, without pyplot's global state or backend switch (as table4's figure does).
-    fig = Figure(figsize=(14, 2.6 * len(curves)), layout="tight")
-    axes = fig.subplots(len(curves), 4, squeeze=False)
+    fig = Figure(figsize=(3.5 * (1 + len(panels)), 2.6 * len(curves)), layout="tight")
+    axes = fig.subplots(len(curves), 1 + len(panels), squeeze=False)
     for row, (name, points) in zip(axes, curves.items()):
         main = "val/reward" if any("val/reward" in p for p in points) else "val/loss"
-        for ax, key in zip(row, [main, "val/rouge_l", "val/length", "val/repeated_trigrams"]):
+        for ax, key in zip(row, [main, *panels]):
             xy = [(p["step"], p[key]) for p in points if key in p]
             if xy:
                 ax.plot(*zip(*xy), marker="o", markersize=3)
                 ax.axhline(xy[0][1], color="grey", linewidth=0.8, linestyle="--")  # where the run started
-            ax.set_title(f"{name}: {PANELS[key]}", fontsize=9)
+            ax.set_title(f"{name}: {PANELS.get(key, key.replace('/', ' ').replace('_', ' '))}", fontsize=9)
             ax.tick_params(labelsize=7)
             ax.grid(alpha=0.3)
         row[0].set_xlabel("optimizer step", fontsize=8)
