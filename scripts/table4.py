@@ -8,8 +8,8 @@ decoded yet is decoded now with beam search from its best checkpoint. Every run 
 same metrics (ROUGE from rouge-score; the mover's metrics with exact EMD), whatever it trained with.
 
 Every other row is compared with the MLE row (or the run named by --baseline) article by article: a
-paired bootstrap over the test articles gives each difference a 95% percentile interval. Writes table4.md (printed too), table4.csv,
-table4.json and table4_diff.png.
+paired bootstrap over the test articles gives each difference a 95% percentile interval. Writes table4.md
+(printed too), table4.csv, table4.json and table4_diff.png.
 """
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ ROW_NAMES = {"mle": "MLE+Pgen (no reward)", "rouge_l": "Mixed w/ ROUGE-L", "wms"
              "sms": "Mixed w/ SMS", "s_wms": "Mixed w/ S+WMS", "qa_conf": "Mixed w/ QAconf",
              "qa_fscore": "Mixed w/ QAfscore", "qa_learned": "Mixed w/ QA learned", "qa_equally": "Mixed w/ QA equally"}
 # Bottom-up copying (conf/experiment/bottom_up_sample_grid.yaml): runs named bottom_up_<reward>.
-ROW_NAMES |= {f"bottom_up_{name}": "Bottom-up " + row.removeprefix("MLE+Pgen ") for name, row in list(ROW_NAMES.items())}
+ROW_NAMES |= {f"bottom_up_{name}": "Bottom-up " + row.removeprefix("MLE+Pgen ")
+              for name, row in list(ROW_NAMES.items())}
 # Scialom et al.'s Table 2 (conf/experiment/scialom_table2*.yaml): runs named <reward>+<data>, one per data option.
 for data in ("cnndm", "cnndm_sample"):
     ROW_NAMES[f"mle+{data}"] = ROW_NAMES["mle"]

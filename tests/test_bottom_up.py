@@ -15,6 +15,7 @@ from models.bottom_up import (BottomUp, ContentSelector, ContentSelectorConfig, 
 from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
 from rewards.embeddings import GloveEmbeddings
 from test_decoding import toy_corpus, toy_vocab
+from test_scripts import load_script
 from trainer.batch import Batch, Example, collate
 from trainer.checkpoints import checkpoint_info
 from trainer.module import SummarizationModule
@@ -247,3 +248,11 @@ def test_a_bottom_up_run_trains_with_the_mask_and_keeps_the_selector_out(selecto
     with pytest.raises(ValueError, match="other.ckpt was trained on another vocabulary"):
         run(cfg)
     assert not (tmp_path / "run2").exists()  # refused before anything was written
+
+
+def test_the_oracle_mask_is_the_selection_labels():
+    vocab = Vocabulary("the white house said new york".split())
+    batch = collate([Example("a", "the white house said".split(), [["white", "house"]]),
+                     Example("b", "new york".split(), [["york", "said"]])], vocab)
+    mask = load_script("oracle_copy_mask").oracle_mask(batch, 2.0)
+    assert mask.tolist() == [[0, 2, 2, 0], [0, 2, 0, 0]]

@@ -380,8 +380,8 @@ def masked_encoding(model: PointerGenerator, batch: Batch, renormalize: bool, se
 
 
 def test_copy_distribution_follows_the_mask(untrained):
-    """Scaled: (1 − p_gen)·a_i·w_i, not renormalised (Gehrmann et al.); renormalised: the copy mass is 1 − p_gen on
-    the kept tokens, and a row that keeps none generates only."""
+    """Scaled: (1 − p_gen)·a_i·w_i, not renormalised (Gehrmann et al.); renormalised: the copy mass is 1 − p_gen
+    on the kept tokens, and a row that keeps none generates only."""
     model, batch = untrained
     with torch.no_grad():
         enc = model.encode(batch)
