@@ -42,6 +42,9 @@ def test_labels_take_the_longest_span_and_label_each_span_once():
     # the longest match wins: "new york city" over "new york", then "york" alone is a new span
     assert selection_labels("new york city and york".split(), "in new york . new york city".split()) == [1, 1, 1, 0, 1]
     assert selection_labels("x a b c y".split(), "a b c".split()) == [0, 1, 1, 1, 0]
+    # the first match would take "new york" and leave "city", a span already labelled, at 0
+    reference = "city y new york z new york city".split()
+    assert selection_labels("city x new york city".split(), reference) == [1, 0, 1, 1, 1]
     # spans may overlap in the reference: "a b" then "b c" (a new span), though "b" was already read
     assert selection_labels("a b b c".split(), "a b c".split()) == [1, 1, 1, 1]
 
