@@ -205,28 +205,29 @@ class PointerGenerator(nn.Module):
         """V'(V [s_t; h*_t] + b) + b' in fp32, for any leading shape."""
         return self.out_vocab(self.out_hidden(self.dropout(out))).float()
 
-    def copy_distribution(self, p_gen_logit: Tensor, attn: Tensor, enc: EncoderOutput) -> tuple[Tensor, Tensor]:
-        """The generation weight p_gen [...] and the copy mass (1 − p_gen)·a_i over source positions [..., S], fp32,
-        for one step (attn [B, S]) or all (attn [B, T, S]). With `enc.copy_mask` the attention is weighted by it,
-        then renormalised or used as is (Gehrmann et al.'s `attn · tags · 2`); renormalised, a row with no copyable
+    def copy_attention(self, p_gen_logit: Tensor, attn: Tensor, enc: EncoderOutput) -> tuple[Tensor, Tensor]:
+        """p_gen [...] and the attention that copying spreads 1 − p_gen over [..., S], fp32, for one step
+        (attn [B, S]) or all (attn [B, T, S]). With `enc.copy_mask` the attention is weighted by it, then
+        renormalised or used as is (Gehrmann et al.'s `attn · tags · 2`); renormalised, a row with no copyable
         token generates only (p_gen = 1), so the distribution still sums to 1."""
         p_gen, attn = self._p_gen(p_gen_logit), attn.float()
         if enc.copy_mask is None:
-            return p_gen, (1 - p_gen).unsqueeze(-1) * attn
-        weights = enc.copy_mask if attn.dim() == 2 else enc.copy_mask.unsqueeze(1)
-        attn = attn * weights
+            return p_gen, attn
+        attn = attn * (enc.copy_mask if attn.dim() == 2 else enc.copy_mask.unsqueeze(1))
         if enc.renormalize_copy:
             total = attn.sum(-1, keepdim=True)
             attn = attn / total.clamp(min=torch.finfo(attn.dtype).tiny)
             p_gen = torch.where(total.squeeze(-1) > 0, p_gen, torch.ones_like(p_gen))
-        return p_gen, (1 - p_gen).unsqueeze(-1) * attn
+        return p_gen, attn
 
     def _extended_probs(self, out: Tensor, p_gen_logit: Tensor, attn: Tensor, enc: EncoderOutput) -> Tensor:
-        """p_gen P_vocab (zero-extended) + the copy mass at each source word's extended id, over [..., X], fp32."""
-        p_gen, copy = self.copy_distribution(p_gen_logit, attn, enc)
-        p = F.pad(p_gen.unsqueeze(-1) * torch.softmax(self._vocab_logits(out), -1), (0, enc.n_copy_oovs))
+        """p_gen P_vocab (zero-extended) + (1 − p_gen) Σ_{i: src_i = w} a_i (the copy attention), over [..., X],
+        in fp32."""
+        p_gen, copy = self.copy_attention(p_gen_logit, attn, enc)
+        p_gen = p_gen.unsqueeze(-1)
+        p = F.pad(p_gen * torch.softmax(self._vocab_logits(out), -1), (0, enc.n_copy_oovs))
         src_ext = enc.src_ext if attn.dim() == 2 else enc.src_ext.unsqueeze(1).expand_as(attn)
-        return p.scatter_add_(-1, src_ext, copy)  # repeated source words add up
+        return p.scatter_add_(-1, src_ext, (1 - p_gen) * copy)  # repeated source words add up
 
     def step_probs(self, enc: EncoderOutput, state: DecoderState, input_ids: Tensor
                    ) -> tuple[Tensor, DecoderState, Tensor]:
@@ -264,9 +265,10 @@ class PointerGenerator(nn.Module):
         in_vocab = tgt < self.config.vocab_size  # P_vocab of a copied OOV is 0
         p_vocab = torch.exp(-F.cross_entropy(logits, tgt.clamp(max=self.config.vocab_size - 1), reduction="none"))
         p_vocab = p_vocab * in_vocab
-        p_gen, copy = self.copy_distribution(p_gen_logit, attn, enc)
+        p_gen, copy = self.copy_attention(p_gen_logit, attn, enc)
         p_copy = (copy * (enc.src_ext.unsqueeze(1) == target.unsqueeze(-1))).sum(-1)[real]
-        log_p = self.log(p_gen[real] * p_vocab + p_copy)
+        p_gen = p_gen[real]
+        log_p = self.log(p_gen * p_vocab + (1 - p_gen) * p_copy)
         return TeacherForced(torch.zeros_like(target, dtype=torch.float).masked_scatter(real, log_p), cov_loss)
 
     def forward(self, batch: Batch) -> Tensor:

@@ -379,9 +379,9 @@ def masked_encoding(model: PointerGenerator, batch: Batch, renormalize: bool, se
                    renormalize_copy=renormalize)
 
 
-def test_copy_distribution_follows_the_mask(untrained):
-    """Scaled: (1 − p_gen)·a_i·w_i, not renormalised (Gehrmann et al.); renormalised: the copy mass is 1 − p_gen
-    on the kept tokens, and a row that keeps none generates only."""
+def test_copy_attention_follows_the_mask(untrained):
+    """Scaled: a_i·w_i, not renormalised (Gehrmann et al.); renormalised: sums to 1 over the kept tokens, and a
+    row that keeps none generates only."""
     model, batch = untrained
     with torch.no_grad():
         enc = model.encode(batch)
@@ -390,14 +390,16 @@ def test_copy_distribution_follows_the_mask(untrained):
     logit = torch.randn(B)
     weights = (torch.rand(B, S, generator=torch.Generator().manual_seed(1)) < 0.5).float()
     weights[0] = 0  # article 0 keeps nothing
-    p_gen, copy = model.copy_distribution(logit, attn, replace(enc, copy_mask=2 * weights))
-    torch.testing.assert_close(copy, (1 - torch.sigmoid(logit))[:, None] * attn * 2 * weights)
-    p_gen, copy = model.copy_distribution(logit, attn, replace(enc, copy_mask=weights, renormalize_copy=True))
+    p_gen, copy = model.copy_attention(logit, attn, replace(enc, copy_mask=2 * weights))
+    torch.testing.assert_close(copy, attn * 2 * weights)
+    torch.testing.assert_close(p_gen, torch.sigmoid(logit))
+    p_gen, copy = model.copy_attention(logit, attn, replace(enc, copy_mask=weights, renormalize_copy=True))
     assert (copy[weights == 0] == 0).all()
     assert p_gen[0] == 1 and (copy[0] == 0).all()
-    torch.testing.assert_close(p_gen[1:] + copy[1:].sum(-1), torch.ones(B - 1))
-    p_gen, copy = model.copy_distribution(logit, attn, enc)  # no mask: as before
-    torch.testing.assert_close(copy, (1 - torch.sigmoid(logit))[:, None] * attn)
+    torch.testing.assert_close(copy[1:].sum(-1), torch.ones(B - 1))
+    torch.testing.assert_close(p_gen[1:], torch.sigmoid(logit[1:]))
+    p_gen, copy = model.copy_attention(logit, attn, enc)  # no mask: the attention itself
+    assert torch.equal(copy, attn)
 
 
 def test_masked_tokens_are_never_copied_and_renormalised_steps_sum_to_one(toy):
