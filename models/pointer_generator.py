@@ -194,8 +194,10 @@ class PointerGenerator(nn.Module):
             cov_loss, coverage = attn.new_zeros(attn.size(0)), state.coverage
         return DecoderState(torch.stack(hs), torch.stack(cs), context, coverage), attn, p_gen_logit, cov_loss
 
-    def _p_gen(self, logit: Tensor) -> Tensor:
-        return torch.sigmoid(logit.float()) if self.config.pointer else torch.ones_like(logit, dtype=torch.float)
+    def _p_gen(self, logit: Tensor, can_copy: Tensor | None = None) -> Tensor:
+        """p_gen in fp32: 1 without a pointer, and where `can_copy` (from `copy_attention`) is False."""
+        p_gen = torch.sigmoid(logit.float()) if self.config.pointer else torch.ones_like(logit, dtype=torch.float)
+        return p_gen if can_copy is None else torch.where(can_copy, p_gen, torch.ones_like(p_gen))
 
     def log(self, p: Tensor) -> Tensor:
         """log(p + eps), capped at 0 where rounding pushed a mixture of probabilities above 1."""
@@ -205,26 +207,25 @@ class PointerGenerator(nn.Module):
         """V'(V [s_t; h*_t] + b) + b' in fp32, for any leading shape."""
         return self.out_vocab(self.out_hidden(self.dropout(out))).float()
 
-    def copy_attention(self, p_gen_logit: Tensor, attn: Tensor, enc: EncoderOutput) -> tuple[Tensor, Tensor]:
-        """p_gen [...] and the attention that copying spreads 1 − p_gen over [..., S], fp32, for one step
-        (attn [B, S]) or all (attn [B, T, S]). With `enc.copy_mask` the attention is weighted by it, then
-        renormalised or used as is (Gehrmann et al.'s `attn · tags · 2`); renormalised, a row with no copyable
-        token generates only (p_gen = 1), so the distribution still sums to 1."""
-        p_gen, attn = self._p_gen(p_gen_logit), attn.float()
+    def copy_attention(self, attn: Tensor, enc: EncoderOutput) -> tuple[Tensor, Tensor | None]:
+        """The attention that copying spreads 1 − p_gen over, fp32, for one step (attn [B, S]) or all
+        (attn [B, T, S]), and where anything can be copied (None: everywhere). With `enc.copy_mask` the attention
+        is weighted by it, then renormalised or used as is (Gehrmann et al.'s `attn · tags · 2`); renormalised, a
+        row with no copyable token generates only (p_gen = 1), so the distribution still sums to 1."""
+        attn = attn.float()
         if enc.copy_mask is None:
-            return p_gen, attn
+            return attn, None
         attn = attn * (enc.copy_mask if attn.dim() == 2 else enc.copy_mask.unsqueeze(1))
-        if enc.renormalize_copy:
-            total = attn.sum(-1, keepdim=True)
-            attn = attn / total.clamp(min=torch.finfo(attn.dtype).tiny)
-            p_gen = torch.where(total.squeeze(-1) > 0, p_gen, torch.ones_like(p_gen))
-        return p_gen, attn
+        if not enc.renormalize_copy:
+            return attn, None
+        total = attn.sum(-1, keepdim=True)
+        return attn / total.clamp(min=torch.finfo(attn.dtype).tiny), total.squeeze(-1) > 0
 
     def _extended_probs(self, out: Tensor, p_gen_logit: Tensor, attn: Tensor, enc: EncoderOutput) -> Tensor:
         """p_gen P_vocab (zero-extended) + (1 − p_gen) Σ_{i: src_i = w} a_i (the copy attention), over [..., X],
         in fp32."""
-        p_gen, copy = self.copy_attention(p_gen_logit, attn, enc)
-        p_gen = p_gen.unsqueeze(-1)
+        copy, can_copy = self.copy_attention(attn, enc)
+        p_gen = self._p_gen(p_gen_logit, can_copy).unsqueeze(-1)
         p = F.pad(p_gen * torch.softmax(self._vocab_logits(out), -1), (0, enc.n_copy_oovs))
         src_ext = enc.src_ext if attn.dim() == 2 else enc.src_ext.unsqueeze(1).expand_as(attn)
         return p.scatter_add_(-1, src_ext, (1 - p_gen) * copy)  # repeated source words add up
@@ -265,9 +266,9 @@ class PointerGenerator(nn.Module):
         in_vocab = tgt < self.config.vocab_size  # P_vocab of a copied OOV is 0
         p_vocab = torch.exp(-F.cross_entropy(logits, tgt.clamp(max=self.config.vocab_size - 1), reduction="none"))
         p_vocab = p_vocab * in_vocab
-        p_gen, copy = self.copy_attention(p_gen_logit, attn, enc)
+        copy, can_copy = self.copy_attention(attn, enc)
         p_copy = (copy * (enc.src_ext.unsqueeze(1) == target.unsqueeze(-1))).sum(-1)[real]
-        p_gen = p_gen[real]
+        p_gen = self._p_gen(p_gen_logit[real], None if can_copy is None else can_copy[real])
         log_p = self.log(p_gen * p_vocab + (1 - p_gen) * p_copy)
         return TeacherForced(torch.zeros_like(target, dtype=torch.float).masked_scatter(real, log_p), cov_loss)
 

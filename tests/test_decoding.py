@@ -381,25 +381,26 @@ def masked_encoding(model: PointerGenerator, batch: Batch, renormalize: bool, se
 
 def test_copy_attention_follows_the_mask(untrained):
     """Scaled: a_i·w_i, not renormalised (Gehrmann et al.); renormalised: sums to 1 over the kept tokens, and a
-    row that keeps none generates only."""
+    row that keeps none can copy nothing (it generates only)."""
     model, batch = untrained
     with torch.no_grad():
         enc = model.encode(batch)
     B, S = batch.src.shape
     attn = torch.softmax(torch.randn(B, S).masked_fill(~batch.src_mask, float("-inf")), -1)
-    logit = torch.randn(B)
     weights = (torch.rand(B, S, generator=torch.Generator().manual_seed(1)) < 0.5).float()
     weights[0] = 0  # article 0 keeps nothing
-    p_gen, copy = model.copy_attention(logit, attn, replace(enc, copy_mask=2 * weights))
+    copy, can_copy = model.copy_attention(attn, replace(enc, copy_mask=2 * weights))
     torch.testing.assert_close(copy, attn * 2 * weights)
-    torch.testing.assert_close(p_gen, torch.sigmoid(logit))
-    p_gen, copy = model.copy_attention(logit, attn, replace(enc, copy_mask=weights, renormalize_copy=True))
-    assert (copy[weights == 0] == 0).all()
-    assert p_gen[0] == 1 and (copy[0] == 0).all()
+    assert can_copy is None
+    copy, can_copy = model.copy_attention(attn, replace(enc, copy_mask=weights, renormalize_copy=True))
+    assert (copy[weights == 0] == 0).all() and (copy[0] == 0).all()
+    assert can_copy.tolist() == [False] + [True] * (B - 1)
     torch.testing.assert_close(copy[1:].sum(-1), torch.ones(B - 1))
-    torch.testing.assert_close(p_gen[1:], torch.sigmoid(logit[1:]))
-    p_gen, copy = model.copy_attention(logit, attn, enc)  # no mask: the attention itself
-    assert torch.equal(copy, attn)
+    logit = torch.randn(B)
+    assert model._p_gen(logit, can_copy)[0] == 1
+    torch.testing.assert_close(model._p_gen(logit, can_copy)[1:], torch.sigmoid(logit[1:]))
+    copy, can_copy = model.copy_attention(attn, enc)  # no mask: the attention itself
+    assert torch.equal(copy, attn) and can_copy is None
 
 
 def test_masked_tokens_are_never_copied_and_renormalised_steps_sum_to_one(toy):
