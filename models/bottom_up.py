@@ -13,8 +13,8 @@ import torch
 from torch import Tensor, nn
 
 from models.pointer_generator import BiLSTMEncoder, EncoderOutput, PointerGenerator, PointerGeneratorConfig
-from trainer.batch import Batch
 from rewards.embeddings import GloveEmbeddings
+from trainer.batch import Batch
 from trainer.checkpoints import CheckpointError, checkpoint_info
 from trainer.vocab import Vocabulary
 
@@ -50,6 +50,16 @@ def selection_labels(source: list[str], reference: list[str]) -> list[int]:
             labelled.add(span)
         i += max(longest, 1)
     return labels
+
+
+def selection_targets(batch: Batch) -> tuple[Tensor, Tensor]:
+    """The labels [B, S] (float) of the batch's source tokens, and where they count [B, S]: real tokens of
+    articles with a reference."""
+    width = batch.src.size(1)
+    rows = [selection_labels(source, [t for sentence in reference or [] for t in sentence])
+            for source, reference in zip(batch.sources, batch.references)]
+    labels = torch.tensor([row + [0] * (width - len(row)) for row in rows], dtype=torch.float, device=batch.device)
+    return labels, batch.src_mask & batch.has_reference[:, None]
 
 
 @dataclass
@@ -116,43 +126,65 @@ def load_content_selector(path: str | Path, vocab_size: int) -> ContentSelector:
     return model.eval().requires_grad_(False)
 
 
-class BottomUp(PointerGenerator):
-    """A pointer-generator whose copy attention a frozen content selector masks (Gehrmann et al. 2018): source
-    tokens with selection probability below `threshold` are never copied; the others' attention is multiplied by
-    `scale` (the original's `attn · tags · 2`) or, with `renormalize`, renormalised to sum to 1.
+class MaskedCopy(PointerGenerator):
+    """A pointer-generator whose copy attention a selection of source tokens masks (Gehrmann et al. 2018): tokens
+    selected with probability below `threshold` are never copied; the others' attention is multiplied by `scale`
+    (the original's `attn · tags · 2`) or, with `renormalize`, renormalised to sum to 1. Subclasses say where the
+    selection comes from (`selection`).
 
     Its weights are exactly a pointer-generator's: a pointer-generator checkpoint initialises it and its own
-    checkpoints are pointer-generator checkpoints. The selector is not a submodule, so no optimizer, DDP wrapper or
-    checkpoint sees it; it follows the articles' device and runs under `inference_mode`. The mask applies in eval
-    mode (validation, test) and, with `mask_in_training`, in training too: a training step encodes once, so its RL
-    samples, its MLE term and its RL term all see the same mask, or none."""
+    checkpoints are pointer-generator checkpoints. The mask applies in eval mode (validation, test) and, with
+    `mask_in_training`, in training too: a training step encodes once, so its RL samples, its MLE term and its RL
+    term all see the same mask, or none."""
 
-    def __init__(self, config: PointerGeneratorConfig, selector: str, threshold: float = 0.15,
-                 renormalize: bool = False, scale: float = 2.0, mask_in_training: bool = False):
+    def __init__(self, config: PointerGeneratorConfig, threshold: float = 0.15, renormalize: bool = False,
+                 scale: float = 2.0, mask_in_training: bool = False):
         super().__init__(config)
         if not 0 <= threshold <= 1:
             raise ValueError(f"model.threshold must be in [0, 1], got {threshold}")
-        self.selector_path = str(Path(selector).expanduser())
-        self.__dict__["selector"] = load_content_selector(self.selector_path, config.vocab_size)  # not registered
         self.threshold, self.renormalize, self.scale = threshold, renormalize, scale
         self.mask_in_training = mask_in_training
+
+    def selection(self, batch: Batch) -> Tensor:
+        """The probability [B, S] that each source token belongs in the summary."""
+        raise NotImplementedError
+
+    def encode(self, batch: Batch) -> EncoderOutput:
+        enc = super().encode(batch)
+        if self.training and not self.mask_in_training:
+            return enc
+        keep = self.selection(batch) >= self.threshold
+        copy_mask = keep.float() * (1.0 if self.renormalize else self.scale)  # outside inference_mode: a normal tensor
+        return replace(enc, copy_mask=copy_mask, renormalize_copy=self.renormalize)
+
+
+class BottomUp(MaskedCopy):
+    """Bottom-up copying with a trained content selector (`model=content_selector`). The selector is frozen and not
+    a submodule, so no optimizer, DDP wrapper or checkpoint sees it; it follows the articles' device and runs under
+    `inference_mode`."""
+
+    def __init__(self, config: PointerGeneratorConfig, selector: str, threshold: float = 0.15,
+                 renormalize: bool = False, scale: float = 2.0, mask_in_training: bool = False):
+        super().__init__(config, threshold, renormalize, scale, mask_in_training)
+        self.selector_path = str(Path(selector).expanduser())
+        self.__dict__["selector"] = load_content_selector(self.selector_path, config.vocab_size)  # not registered
 
     @property
     def frozen_checkpoints(self) -> list[str]:
         """Checkpoints this model reads besides its own weights: `trainer.train` checks their vocabulary."""
         return [self.selector_path]
 
-    def copy_mask(self, src: Tensor, src_mask: Tensor) -> Tensor:
-        """[B, S] weights on the copy attention: `scale` (1 when renormalising) where the selector keeps a token."""
+    def selection(self, batch: Batch) -> Tensor:
         selector = self.selector
-        if next(selector.parameters()).device != src.device:
-            selector.to(src.device)
+        if next(selector.parameters()).device != batch.device:
+            selector.to(batch.device)
         with torch.inference_mode():
-            keep = selector.probabilities(src, src_mask) >= self.threshold
-        return keep.float() * (1.0 if self.renormalize else self.scale)  # outside inference_mode: a normal tensor
+            return selector.probabilities(batch.src, batch.src_mask)
 
-    def encode(self, batch: Batch) -> EncoderOutput:
-        enc = super().encode(batch)
-        if self.training and not self.mask_in_training:
-            return enc
-        return replace(enc, copy_mask=self.copy_mask(batch.src, batch.src_mask), renormalize_copy=self.renormalize)
+
+class OracleCopy(MaskedCopy):
+    """Copying masked by the selector's training labels, read from each article's reference: how far a perfect
+    content selector would take the pointer-generator. An upper bound to test with, not a model to train."""
+
+    def selection(self, batch: Batch) -> Tensor:
+        return selection_targets(batch)[0]

@@ -14,22 +14,12 @@ from torch import Tensor
 from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import BinaryAUROC, BinaryF1Score, BinaryPrecision, BinaryRecall
 
-from models.bottom_up import SELECTOR_STAGE, ContentSelector, copy_glove, selection_labels
+from models.bottom_up import SELECTOR_STAGE, ContentSelector, copy_glove, selection_targets
 from trainer.batch import Batch
 from trainer.checkpoints import checkpoint_description
 from trainer.vocab import Vocabulary
 
 log = logging.getLogger(__name__)
-
-
-def selection_targets(batch: Batch) -> tuple[Tensor, Tensor]:
-    """The labels [B, S] (float) of the batch's source tokens, and where they count [B, S]: real tokens of
-    articles with a reference."""
-    width = batch.src.size(1)
-    rows = [selection_labels(source, [t for sentence in reference or [] for t in sentence])
-            for source, reference in zip(batch.sources, batch.references)]
-    labels = torch.tensor([row + [0] * (width - len(row)) for row in rows], dtype=torch.float, device=batch.device)
-    return labels, batch.src_mask & batch.has_reference[:, None]
 
 
 class ContentSelectorModule(pl.LightningModule):
