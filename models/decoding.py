@@ -109,8 +109,14 @@ def sample_categorical(probs: Tensor, generator: torch.Generator | None = None) 
     return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp(max=probs.size(-1) - 1)
 
 
-def _multinomial(generator: torch.Generator | None) -> Callable[[Tensor], Tensor]:
-    return lambda probs: sample_categorical(probs, generator)
+def _multinomial(generator: torch.Generator | None, temperature: float = 1.0) -> Callable[[Tensor], Tensor]:
+    """Draws from p^(1/temperature), renormalised (`sample_categorical` needs no normalised rows)."""
+    if temperature <= 0:
+        raise ValueError(f"the sampling temperature must be positive, got {temperature}")
+    if temperature == 1.0:
+        return lambda probs: sample_categorical(probs, generator)
+    # divided by the row's max first, so that a small temperature cannot underflow every entry to 0
+    return lambda probs: sample_categorical((probs / probs.amax(-1, keepdim=True)) ** (1 / temperature), generator)
 
 
 def _argmax(probs: Tensor) -> Tensor:
@@ -124,10 +130,10 @@ def greedy(model: PointerGenerator, enc: EncoderOutput, max_len: int = 100,
 
 
 def sample(model: PointerGenerator, enc: EncoderOutput, max_len: int = 100, generator: torch.Generator | None = None,
-           processors: Sequence[StepProcessor] = ()) -> Decoded:
-    """Multinomial sampling from the extended distribution; `log_probs` carry gradient if grad is enabled.
-    `generator` must live on the articles' device."""
-    return _decode(model, enc, max_len, _multinomial(generator), _processors(model, processors))
+           processors: Sequence[StepProcessor] = (), temperature: float = 1.0) -> Decoded:
+    """Multinomial sampling from the extended distribution raised to 1/`temperature`; `log_probs` (of the
+    untempered distribution) carry gradient if grad is enabled. `generator` must live on the articles' device."""
+    return _decode(model, enc, max_len, _multinomial(generator, temperature), _processors(model, processors))
 
 
 def rollout_rows(n_articles: int, samples: int, with_greedy: bool) -> list[int]:
@@ -139,7 +145,7 @@ def rollout_rows(n_articles: int, samples: int, with_greedy: bool) -> list[int]:
 
 def sample_and_greedy(model: PointerGenerator, enc: EncoderOutput, max_len: int = 100,
                       generator: torch.Generator | None = None, samples: int = 1, with_greedy: bool = True,
-                      processors: Sequence[StepProcessor] = ()) -> Decoded:
+                      processors: Sequence[StepProcessor] = (), temperature: float = 1.0) -> Decoded:
     """`samples` draws ŷ per article and, `with_greedy`, the greedy baseline ỹ, in one decode without gradient
     (self-critical training re-scores ŷ with `model.teacher_forced`); rows as `rollout_rows` lays them out.
     Dropout follows the model's train/eval mode, which the caller sets; in train mode the greedy rows differ
@@ -147,7 +153,7 @@ def sample_and_greedy(model: PointerGenerator, enc: EncoderOutput, max_len: int 
     with torch.no_grad():
         B = enc.src_ext.size(0)
         n_drawn = B * samples
-        sampler = _multinomial(generator)
+        sampler = _multinomial(generator, temperature)
         rows = torch.tensor(rollout_rows(B, samples, with_greedy), device=enc.src_ext.device)
         return _decode(model, enc.index_select(rows), max_len,
                        lambda probs: torch.cat([sampler(probs[:n_drawn]), _argmax(probs[n_drawn:])]),

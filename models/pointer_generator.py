@@ -257,10 +257,18 @@ class PointerGenerator(nn.Module):
             cov_losses.append(cov_loss)
         return torch.stack(outs, 1), torch.stack(p_gen_logits, 1), torch.stack(attns, 1), torch.stack(cov_losses, 1)
 
-    def teacher_forced(self, enc: EncoderOutput, dec_in: Tensor, target: Tensor) -> TeacherForced:
-        """log p(target_t | target_<t) for extended-id targets [B, T], without forming [B, T, X]."""
+    def teacher_forced(self, enc: EncoderOutput, dec_in: Tensor, target: Tensor,
+                       temperature: float = 1.0) -> TeacherForced:
+        """log p(target_t | target_<t) for extended-id targets [B, T], without forming [B, T, X]. With a
+        `temperature` τ ≠ 1: log q(target_t) for q ∝ p^(1/τ) without <pad> and <s>, the distribution that a
+        sampler at τ draws from (its normaliser needs all of [B, T, X])."""
         out, p_gen_logit, attn, cov_loss = self._unroll(enc, dec_in)
         real = target != self.config.pad_id  # only these positions go through the big output layer
+        if temperature != 1.0:
+            scaled = self.log(self._extended_probs(out, p_gen_logit, attn, enc)) / temperature  # [B, T, X]
+            scaled[..., [self.config.pad_id, self.config.bos_id]] = float("-inf")  # never drawn (decoding._processors)
+            log_q = scaled.log_softmax(-1).gather(-1, target.unsqueeze(-1)).squeeze(-1)
+            return TeacherForced(log_q.masked_fill(~real, 0.0), cov_loss)
         tgt = target[real]
         logits = self._vocab_logits(out[real])  # [N, V]
         in_vocab = tgt < self.config.vocab_size  # P_vocab of a copied OOV is 0

@@ -225,6 +225,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"table4: no intervals were computed (they need the {baseline} run, run_name {args.baseline}, "
               "and at least one other)", file=sys.stderr)
     out = args.out or Path(os.path.commonpath([run.resolve() for run in runs]))
+    out.mkdir(parents=True, exist_ok=True)
     evidence = validation_evidence({model: run_dirs[model] for model in scored}, out)
     report += "\n\n" + evidence if evidence else ""
     print(report)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from rouge_score import rouge_scorer
 
-from models.decoding import (Decoded, beam_search, check_beam_settings, greedy, rollout_rows, sample,
+from models.decoding import (Decoded, _multinomial, beam_search, check_beam_settings, greedy, rollout_rows, sample,
                              sample_and_greedy, sample_categorical)
 from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
 from trainer.batch import Batch, Example, collate
@@ -456,3 +456,35 @@ def test_masked_beam_search_is_the_same_batched_or_one_by_one(toy):
             single = beam_search(model, alone, beam_size=3, max_len=20, min_len=3)
             n = int(single.lengths[0])
             assert batched.ids[i, :n].tolist() == single.ids[0, :n].tolist() and batched.lengths[i] == n
+
+
+@pytest.mark.parametrize("temperature", [0.5, 2.0])
+def test_tempered_teacher_forcing_is_the_tempered_step_distribution(toy, temperature):
+    """Under teacher forcing at τ, log q(target_t) is the decoder's step distribution (<pad> and <s> removed, as
+    the samplers do) raised to 1/τ and renormalised, at each target token; τ = 1 is the plain log p."""
+    vocab, _, batches, model, _ = toy  # the early snapshot: a trained model is too sure for τ to show
+    batch = batches[0]
+    with torch.no_grad():
+        enc = model.encode(batch)
+        got = model.teacher_forced(enc, batch.dec_in, batch.target, temperature).log_probs
+        state, expected = model.initial_state(enc), []
+        for t in range(batch.target.size(1)):
+            probs, state, _ = model.step_probs(enc, state, batch.dec_in[:, t])
+            probs[:, [vocab.pad_id, vocab.bos_id]] = 0
+            q = probs ** (1 / temperature)
+            expected.append((q / q.sum(-1, keepdim=True)).gather(1, batch.target[:, t:t + 1]).squeeze(1).log())
+        expected = torch.stack(expected, 1) * batch.target_mask
+        plain = model.teacher_forced(enc, batch.dec_in, batch.target, 1.0).log_probs
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+    assert not torch.allclose(got, plain, atol=1e-2)  # the temperature changes the distribution
+
+
+def test_tempered_sampling_draws_from_the_tempered_distribution():
+    """At τ, `sample_categorical` after `_multinomial`'s rescaling picks each token with frequency ∝ p^(1/τ)."""
+    probs = torch.tensor([[0.6, 0.3, 0.1, 0.0]]).repeat(20000, 1)
+    for temperature in (0.5, 2.0):
+        drawn = _multinomial(torch.Generator().manual_seed(0), temperature)(probs)
+        q = probs[0] ** (1 / temperature)
+        torch.testing.assert_close(torch.bincount(drawn, minlength=4) / len(drawn), q / q.sum(), atol=0.01, rtol=0)
+    with pytest.raises(ValueError, match="temperature must be positive"):
+        _multinomial(None, 0.0)

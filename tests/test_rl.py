@@ -79,15 +79,16 @@ def test_baselines_by_hand():
                                torch.tensor([[0.5] * 4, [2.0] * 4]))
 
 
-def replayed_loss(module, batch, seed, k, baseline):
-    """The mixed loss recomputed outside the module from the same draws (same seed): decode, reward each row,
-    baseline by hand, then γ·mean_i mean_j −(r_ij − b_ij)·Σ_t log p(ŷ_ij,t) + (1 − γ)·MLE."""
+def replayed_loss(module, batch, seed, k, baseline, temperature=1.0):
+    """The mixed loss recomputed outside the module from the same draws (same seed): decode at the temperature,
+    reward each row, baseline by hand, then γ·mean_i mean_j −(r_ij − b_ij)·Σ_t log q(ŷ_ij,t) + (1 − γ)·MLE, q the
+    tempered distribution (test_decoding checks `teacher_forced` at a temperature against the decoder's steps)."""
     B, model = len(batch), module.model
     torch.manual_seed(seed)
     enc = model.encode(batch)
     model.eval()
     decoded = sample_and_greedy(model, enc, module.rl_max_len, samples=k,
-                                with_greedy=baseline == "greedy")
+                                with_greedy=baseline == "greedy", temperature=temperature)
     model.train()
     rows = rollout_rows(B, k, baseline == "greedy")
     rollouts = batch.index_select(rows)
@@ -103,21 +104,23 @@ def replayed_loss(module, batch, seed, k, baseline):
                 b = (sum(samples) - samples[j]) / (k - 1)
             row = decoded.rows(slice(i * k + j, i * k + j + 1))
             one = batch.index_select([i])
-            log_p = model.teacher_forced(model.encode(one), module._feed(row.ids), row.ids).log_probs
+            log_p = model.teacher_forced(model.encode(one), module._feed(row.ids), row.ids, temperature).log_probs
             terms.append(-(samples[j] - b) * log_p[0, : row.lengths[0]].sum())
     rl = torch.stack(terms).mean()
     gamma = module.gamma(0)
     return gamma * rl + (1 - gamma) * model.mle_loss(batch)["loss"]
 
 
-@pytest.mark.parametrize("k, baseline", [(1, "greedy"), (3, "greedy"), (3, "leave_one_out")])
-def test_mixed_loss_with_k_samples_matches_the_replayed_formula(k, baseline):
+@pytest.mark.parametrize("k, baseline, temperature", [(1, "greedy", 1.0), (3, "greedy", 1.0),
+                                                      (3, "leave_one_out", 1.0), (2, "greedy", 0.5)])
+def test_mixed_loss_with_k_samples_matches_the_replayed_formula(k, baseline, temperature):
     module, batch = tiny_module(gamma=0.7)
-    module.samples = k
+    module.samples, module.temperature = k, temperature
     module.baseline = GreedyBaseline() if baseline == "greedy" else LeaveOneOut(k)
     torch.manual_seed(11)
     loss = module.training_step(batch, 0)
-    torch.testing.assert_close(loss, replayed_loss(module, batch, 11, k, baseline), atol=1e-5, rtol=1e-5)
+    expected = replayed_loss(module, batch, 11, k, baseline, temperature)
+    torch.testing.assert_close(loss, expected, atol=1e-5, rtol=1e-5)
 
 
 def test_k1_greedy_equals_the_self_critical_loss():

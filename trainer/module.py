@@ -48,7 +48,7 @@ class SummarizationModule(pl.LightningModule):
     def __init__(self, model: torch.nn.Module, vocab: Vocabulary, optimizer: Callable[..., torch.optim.Optimizer],
                  reward: Reward | None = None, gamma: Callable[[int], float] | None = None,
                  samples: int = 1, baseline: Baseline | None = None, penalize_repeats: bool = False,
-                 rl_max_len: int = 100, length_normalize: bool = False, val_max_len: int = 100,
+                 temperature: float = 1.0, rl_max_len: int = 100, length_normalize: bool = False, val_max_len: int = 100,
                  beam: dict[str, Any] | None = None, metrics: dict[str, Reward] | None = None,
                  max_nonfinite_steps: int = 10, output_dir: str = ".", unlabelled_fraction: float = 0.0):
         super().__init__()
@@ -60,7 +60,9 @@ class SummarizationModule(pl.LightningModule):
         if samples < 1:
             raise ValueError(f"rl.samples must be at least 1, got {samples}")
         self.samples, self.baseline = samples, baseline or GreedyBaseline()
-        self.penalize_repeats = penalize_repeats
+        if temperature <= 0:
+            raise ValueError(f"rl.temperature must be positive, got {temperature}")
+        self.penalize_repeats, self.temperature = penalize_repeats, temperature
         self.rl_max_len, self.length_normalize, self.val_max_len = rl_max_len, length_normalize, val_max_len
         self.beam = dict(beam or {})
         check_beam_settings(**self.beam)  # now, not in the test-time decode after training
@@ -113,7 +115,8 @@ class SummarizationModule(pl.LightningModule):
         start = time.perf_counter()
         # The baseline decodes in test-time mode (no dropout); k samples and the greedy rows share one batched loop.
         self.model.eval()
-        decoded = sample_and_greedy(self.model, enc, self.rl_max_len, samples=k, with_greedy=with_greedy)
+        decoded = sample_and_greedy(self.model, enc, self.rl_max_len, samples=k, with_greedy=with_greedy,
+                                    temperature=self.temperature)
         self.model.train()
         decode_end = time.perf_counter()
         rows = rollout_rows(B, k, with_greedy)
@@ -130,11 +133,12 @@ class SummarizationModule(pl.LightningModule):
         reward_seconds = time.perf_counter() - decode_end
         r_sample = rewards[: B * k].view(B, k)
         baseline = self.baseline(r_sample, rewards[B * k:] if with_greedy else None)
-        # log p(ŷ) with gradient: a teacher-forced pass over the samples, one output projection for all steps.
+        # log q(ŷ) with gradient, q the sampled (tempered) distribution: a teacher-forced pass over the samples.
         mle = self.model.mle_loss(batch, enc=enc)
         sampled = decoded.rows(slice(0, B * k))
         sample_enc = enc if k == 1 else enc.index_select(torch.tensor(rows[: B * k], device=batch.device))
-        sample_log_probs = self.model.teacher_forced(sample_enc, self._feed(sampled.ids), sampled.ids).log_probs
+        sample_log_probs = self.model.teacher_forced(sample_enc, self._feed(sampled.ids), sampled.ids,
+                                                     self.temperature).log_probs
         rl = self_critical_loss(sample_log_probs, sampled.lengths, r_sample.flatten(), baseline.flatten(),
                                 self.length_normalize).view(B, k).mean(1)
         loss = gamma * rl.mean() + (1 - gamma) * mle["loss"] if batch.has_reference.any() else rl.mean()
