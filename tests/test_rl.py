@@ -81,8 +81,9 @@ def test_baselines_by_hand():
 
 def replayed_loss(module, batch, seed, k, baseline, temperature=1.0):
     """The mixed loss recomputed outside the module from the same draws (same seed): decode at the temperature,
-    reward each row, baseline by hand, then γ·mean_i mean_j −(r_ij − b_ij)·Σ_t log q(ŷ_ij,t) + (1 − γ)·MLE, q the
-    tempered distribution (test_decoding checks `teacher_forced` at a temperature against the decoder's steps)."""
+    reward each row, baseline by hand, then γ·mean_i mean_j −(r_ij − b_ij)·Σ_t log q(ŷ_ij,t) + (1 − γ)·MLE,
+    q the tempered distribution (test_decoding checks `teacher_forced` at a temperature against the
+    decoder's steps)."""
     B, model = len(batch), module.model
     torch.manual_seed(seed)
     enc = model.encode(batch)
@@ -104,8 +105,8 @@ def replayed_loss(module, batch, seed, k, baseline, temperature=1.0):
                 b = (sum(samples) - samples[j]) / (k - 1)
             row = decoded.rows(slice(i * k + j, i * k + j + 1))
             one = batch.index_select([i])
-            log_p = model.teacher_forced(model.encode(one), module._feed(row.ids), row.ids, temperature).log_probs
-            terms.append(-(samples[j] - b) * log_p[0, : row.lengths[0]].sum())
+            log_q = model.teacher_forced(model.encode(one), module._feed(row.ids), row.ids, temperature).log_probs
+            terms.append(-(samples[j] - b) * log_q[0, : row.lengths[0]].sum())
     rl = torch.stack(terms).mean()
     gamma = module.gamma(0)
     return gamma * rl + (1 - gamma) * model.mle_loss(batch)["loss"]

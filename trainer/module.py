@@ -48,7 +48,8 @@ class SummarizationModule(pl.LightningModule):
     def __init__(self, model: torch.nn.Module, vocab: Vocabulary, optimizer: Callable[..., torch.optim.Optimizer],
                  reward: Reward | None = None, gamma: Callable[[int], float] | None = None,
                  samples: int = 1, baseline: Baseline | None = None, penalize_repeats: bool = False,
-                 temperature: float = 1.0, rl_max_len: int = 100, length_normalize: bool = False, val_max_len: int = 100,
+                 temperature: float = 1.0, rl_max_len: int = 100, length_normalize: bool = False,
+                 val_max_len: int = 100,
                  beam: dict[str, Any] | None = None, metrics: dict[str, Reward] | None = None,
                  max_nonfinite_steps: int = 10, output_dir: str = ".", unlabelled_fraction: float = 0.0):
         super().__init__()
