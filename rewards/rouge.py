@@ -38,6 +38,7 @@ class RougeL:
     """
 
     name = "rouge_l"
+    test_metric = "rougeL"  # what the test measures for it: rouge-score's ROUGE-L F on text, with stemming
     needs_reference = True
 
     def __init__(self, beta: float = 1.0):

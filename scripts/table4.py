@@ -7,9 +7,12 @@ Each run is a directory with `config.yaml` and `checkpoints/`. A run whose test 
 decoded yet is decoded now with beam search from its best checkpoint. Every run is then scored with the
 same metrics (ROUGE from rouge-score; the mover's metrics with exact EMD), whatever it trained with.
 
-Every other row is compared with the MLE row (or the run named by --baseline) article by article: a
-paired bootstrap over the test articles gives each difference a 95% percentile interval. Writes table4.md
-(printed too), table4.csv, table4.json and table4_diff.png.
+Every other run is compared, article by article, with the MLE run (--baseline names another) that it started
+from, as its config records (`lineage`); runs from before that record pair with the baseline of their seed. A
+paired bootstrap over the test articles gives each difference a 95% percentile interval. Runs of one name with
+several seeds (`-m ... seed=0,1,2`) form one row: its means are over the seeds, its interval resamples seeds, then
+articles (a two-level bootstrap), and the diagonal says how many seeds are significant on their own. Writes
+table4.md (printed too), table4.csv, table4.json and table4_diff.png.
 """
 from __future__ import annotations
 
@@ -18,7 +21,10 @@ import csv
 import json
 import os
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from matplotlib.figure import Figure
 from omegaconf import OmegaConf
@@ -29,7 +35,7 @@ sys.path.insert(0, str(REPO))
 from rewards.scoring import compose_rewards  # noqa: E402
 from trainer.callbacks import plot_curves  # noqa: E402
 from trainer.evaluate import TABLE_COLUMNS, evaluate, results_table  # noqa: E402
-from trainer.significance import Interval, compare_to_baseline  # noqa: E402
+from trainer.significance import Interval, paired_bootstrap, paired_differences, pooled_bootstrap  # noqa: E402
 from trainer.vocab import split_at_sentence_ends  # noqa: E402
 
 ROW_NAMES = {"mle": "MLE+Pgen (no reward)", "rouge_l": "Mixed w/ ROUGE-L", "wms": "Mixed w/ WMS",
@@ -51,23 +57,89 @@ STORED_METRICS = ("qa_conf", "qa_fscore")  # test-time scores of runs that had t
 LEVEL = 0.95
 
 
+@dataclass
+class Run:
+    """A run directory and what its config.yaml says of it: its row, seed and where its weights came from."""
+
+    path: Path
+    run_name: str
+    seed: int | None = None
+    run_id: str | None = None
+    lineage: list[str] = field(default_factory=list)  # the run ids its weights descend from, oldest first
+    init_from: str | None = None
+
+    @classmethod
+    def read(cls, path: Path) -> "Run":
+        cfg = OmegaConf.load(path / "config.yaml")
+        return cls(path, cfg.get("run_name") or path.name, cfg.get("seed"), cfg.get("run_id"),
+                   list(cfg.get("lineage") or []), cfg.get("init_from"))
+
+    @property
+    def row(self) -> str:
+        return ROW_NAMES.get(self.run_name, self.run_name)
+
+
+def is_run(path: Path) -> bool:
+    return (path / "config.yaml").is_file() and path.name != ".hydra"
+
+
+def runs_below(path: Path) -> list[Path]:
+    return sorted(p.parent for p in path.rglob("config.yaml") if is_run(p.parent))
+
+
 def find_runs(paths: list[Path]) -> list[Path]:
-    """Run directories under each path: the path itself, its children, or the newest sweep below it."""
+    """Run directories under each path: the path itself, its child runs, a sweep's runs (every seed's), or the
+    runs of the newest sweep below it."""
     runs = []
     for path in paths:
-        if (path / "config.yaml").exists():
+        if not path.is_dir():
+            raise SystemExit(f"table4: {path} is not a directory (give run directories or sweep folders)")
+        if is_run(path):
             runs.append(path)
             continue
-        children = sorted(p.parent for p in path.glob("*/config.yaml"))
+        children = [p for p in sorted(path.iterdir()) if is_run(p)]
+        if not children and (path / "multirun.yaml").exists():
+            children = runs_below(path)
         if not children:
-            sweeps = sorted((p for p in path.iterdir() if p.is_dir() and any(p.glob("*/config.yaml"))),
-                            key=lambda p: p.name)
+            sweeps = sorted((p for p in path.iterdir() if p.is_dir() and runs_below(p)), key=lambda p: p.name)
             if not sweeps:
                 raise SystemExit(f"table4: no run directories (with config.yaml) under {path}")
             print(f"table4: using the newest sweep {sweeps[-1]}", file=sys.stderr)
-            children = sorted(p.parent for p in sweeps[-1].glob("*/config.yaml"))
+            children = runs_below(sweeps[-1])
         runs.extend(children)
     return runs
+
+
+def pair_with_baselines(runs: list[Run], baseline: str) -> dict[Path, Run]:
+    """Each non-baseline run's baseline run: the one it started from (its lineage), or, for runs that do not
+    record one, the baseline run of its seed. Two runs of one name and seed are not seeds of one grid: refused."""
+    seen: dict[tuple[str, int | None], Run] = {}
+    for run in runs:
+        other = seen.setdefault((run.row, run.seed), run)
+        if other is not run:
+            raise SystemExit(f"table4: {other.path} and {run.path} are both {run.row!r} with seed {run.seed}: "
+                             "runs that share a row must be seeds of one grid; give table4 one of them")
+    baseline = ROW_NAMES.get(baseline, baseline)
+    bases = [run for run in runs if run.row == baseline]
+    by_id = {run.run_id: run for run in bases if run.run_id}
+    pairs = {}
+    for run in runs:
+        if run.row == baseline or not bases:
+            continue
+        if run.lineage:
+            start = next((by_id[i] for i in reversed(run.lineage) if i in by_id), None)
+            if start is None:
+                raise SystemExit(f"table4: {run.path} descends from runs {', '.join(run.lineage)} (it started from "
+                                 f"{run.init_from}), none of which is a {baseline} run given: add the run it started "
+                                 "from")
+        else:
+            same_seed = [b for b in bases if b.seed == run.seed]
+            if len(same_seed) != 1:
+                raise SystemExit(f"table4: {run.path} records no starting run, and there is no {baseline} run of "
+                                 f"its seed ({run.seed}) to compare it with")
+            start = same_seed[0]
+        pairs[run.path] = start
+    return pairs
 
 
 def decode_test_split(run: Path) -> None:
@@ -107,21 +179,61 @@ def format_interval(interval: Interval) -> str:
     return f"{interval.mean:+.2f} [{interval.low:+.2f}, {interval.high:+.2f}]"
 
 
-def significance_report(results: dict[str, dict[str, float]], intervals: dict[str, dict[str, Interval]],
-                        baseline: str, resamples: int, seed: int) -> str:
-    """Markdown: every row's difference from the baseline row per metric, then each reward row on its own metric."""
+@dataclass
+class Comparison:
+    """A row's difference from the baseline on one metric: pooled over its seeds, and seed by seed."""
+
+    pooled: Interval
+    per_seed: dict[int | None, Interval]
+
+    @property
+    def significant_seeds(self) -> int:
+        return sum(interval.significant for interval in self.per_seed.values())
+
+
+def compare_rows(rows: dict[str, list[Run]], pairs: dict[Path, Run], scores: dict[Path, dict], metrics: list[str],
+                 resamples: int, seed: int) -> dict[str, dict[str, Comparison]]:
+    """Every non-baseline row's `Comparison` on each metric, each run paired by article with its own baseline."""
+    out = {}
+    for row, runs in rows.items():
+        if runs[0].path not in pairs:
+            continue
+        out[row] = {}
+        for metric in metrics:
+            deltas = {run.seed: paired_differences(scores[run.path], scores[pairs[run.path].path], metric, row,
+                                                   pairs[run.path].row) for run in runs}
+            out[row][metric] = Comparison(pooled_bootstrap(list(deltas.values()), resamples, seed, LEVEL),
+                                          {s: paired_bootstrap(d, resamples, seed, LEVEL) for s, d in deltas.items()})
+    return out
+
+
+def significance_report(results: dict[str, dict[str, float]], comparisons: dict[str, dict[str, Comparison]],
+                        baseline: str, seeds: int, resamples: int, seed: int) -> str:
+    """Markdown: every row's difference from the baseline per metric, then each reward row on its own metric, with
+    whether it is the best row there and, over several seeds, how many of them are significant on their own."""
+    intervals = {row: {m: c.pooled for m, c in cells.items()} for row, cells in comparisons.items()}
     table = results_table(intervals, cell=lambda iv: format_interval(iv) + ("*" if iv.significant else ""))
+    pooled = f"; {seeds} seeds pooled (two-level bootstrap: seeds, then articles)" if seeds > 1 else ""
     lines = [f"Difference from {baseline}:", "", table, "",
              f"paired bootstrap over {results[baseline]['n']:,} test articles, {resamples:,} resamples, "
-             f"seed {seed}, {LEVEL:.0%} percentile intervals; * = interval excludes 0"]
+             f"seed {seed}, {LEVEL:.0%} percentile intervals{pooled}; * = interval excludes 0"]
     diagonal = []
     for run_name, metric in OWN_METRIC.items():
         row = ROW_NAMES[run_name]
-        if metric in intervals.get(row, {}):
-            interval = intervals[row][metric]
-            diagonal.append(f"- {row} on {TABLE_COLUMNS.get(metric, metric)}: {results[baseline][metric]:.2f} → "
-                            f"{results[row][metric]:.2f} ({format_interval(interval)}) "
-                            + ("significant" if interval.significant else "not significant"))
+        if metric not in comparisons.get(row, {}):
+            continue
+        comparison = comparisons[row][metric]
+        top = max(results[r][metric] for r in results if metric in results[r])
+        best = row if results[row][metric] >= top else next(r for r in results if results[r].get(metric) == top)
+        line = (f"- {row} on {TABLE_COLUMNS.get(metric, metric)}: {results[baseline][metric]:.2f} → "
+                f"{results[row][metric]:.2f} ({format_interval(comparison.pooled)}) "
+                + ("significant" if comparison.pooled.significant else "not significant")
+                + ("; the best row there" if best == row else f"; {best} is higher"))
+        if seeds > 1:
+            line += f"; {comparison.significant_seeds} of {len(comparison.per_seed)} seeds significant: " + ", ".join(
+                f"seed {s} {format_interval(iv)}{'*' if iv.significant else ''}"
+                for s, iv in comparison.per_seed.items())
+        diagonal.append(line)
     if diagonal:
         lines += ["", "Each reward on its own metric:", "", *diagonal]
     return "\n".join(lines)
@@ -131,17 +243,19 @@ def interval_fields(interval: Interval) -> dict[str, float | bool]:
     return {"delta": interval.mean, "low": interval.low, "high": interval.high, "significant": interval.significant}
 
 
-def write_csv(path: Path, results: dict[str, dict[str, float]], intervals: dict[str, dict[str, Interval]]) -> None:
-    """One line per model and metric; the interval columns stay empty for MLE (or without intervals)."""
+def write_csv(path: Path, results: dict[str, dict[str, float]], comparisons: dict[str, dict[str, Comparison]]
+              ) -> None:
+    """One line per model and metric (the pooled interval); the interval columns stay empty for the baseline."""
     with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, ["model", "metric", "mean", "delta", "low", "high", "significant", "n"])
+        writer = csv.DictWriter(f, ["model", "metric", "mean", "delta", "low", "high", "significant", "n", "seeds"])
         writer.writeheader()
         for model, means in results.items():
             for metric, mean in means.items():
-                if metric != "n":
-                    interval = intervals.get(model, {}).get(metric)
+                if metric not in ("n", "seeds"):
+                    comparison = comparisons.get(model, {}).get(metric)
                     writer.writerow({"model": model, "metric": metric, "mean": mean, "n": means["n"],
-                                     **(interval_fields(interval) if interval else {})})
+                                     "seeds": means["seeds"], **(interval_fields(comparison.pooled) if comparison
+                                                                 else {})})
 
 
 def plot_differences(path: Path, intervals: dict[str, dict[str, Interval]], baseline: str) -> None:
@@ -183,6 +297,12 @@ def validation_evidence(runs: dict[str, Path], out: Path) -> str:
     return "\n".join(["Validation (greedy, fixed sample), first → best:", "", *lines]) if lines else ""
 
 
+def row_means(scored: list[dict[str, float]]) -> dict[str, float]:
+    """A row's means over its seeds' runs (each run's mean over articles), with its article count and seeds."""
+    keys = [k for k in scored[0] if k != "n" and all(k in s for s in scored)]
+    return {"n": scored[0]["n"], "seeds": len(scored), **{k: float(np.mean([s[k] for s in scored])) for k in keys}}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("paths", nargs="+", type=Path, help="run directories or sweep folders")
@@ -198,45 +318,62 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap's resampling")
     args = parser.parse_args(argv)
 
+    runs = [Run.read(path) for path in find_runs(args.paths)]
+    pairs = pair_with_baselines(runs, args.baseline)
     metrics = compose_rewards(args.metrics, args.set)
-    scored, run_dirs = {}, {}
-    runs = find_runs(args.paths)
+    means, scores = {}, {}
     for run in runs:
-        if not (run / "summaries.jsonl").exists():
-            decode_test_split(run)
-        name = OmegaConf.load(run / "config.yaml").get("run_name") or run.name
-        scored[ROW_NAMES.get(name, name)] = score_run(run, metrics)
-        run_dirs[ROW_NAMES.get(name, name)] = run
+        if not (run.path / "summaries.jsonl").exists():
+            decode_test_split(run.path)
+        means[run.path], scores[run.path] = score_run(run.path, metrics)
     order = list(ROW_NAMES.values())
-    scored = dict(sorted(scored.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
-    results = {model: means for model, (means, _) in scored.items()}
-    report = results_table(results)
-    intervals = {}
+    rows: dict[str, list[Run]] = {}
+    for run in sorted(runs, key=lambda r: (order.index(r.row) if r.row in order else len(order), r.row,
+                                           -1 if r.seed is None else r.seed)):
+        rows.setdefault(run.row, []).append(run)
+    results = {row: row_means([means[run.path] for run in row_runs]) for row, row_runs in rows.items()}
+    seeds = max(len(row_runs) for row_runs in rows.values())
+    report = results_table({row: {k: v for k, v in r.items() if k != "seeds"} for row, r in results.items()})
+    if seeds > 1:
+        report += f"\n\nmeans over each row's seeds ({seeds} at most)"
+    comparisons = {}
     baseline = ROW_NAMES.get(args.baseline, args.baseline)
-    if baseline in results and len(results) > 1:
+    if pairs:
         try:
-            intervals = compare_to_baseline({model: by_id for model, (_, by_id) in scored.items()}, baseline,
-                                            [k for k in results[baseline] if k != "n"], args.resamples, args.seed,
-                                            LEVEL)
+            comparisons = compare_rows(rows, pairs, scores, [k for k in results[baseline] if k not in ("n", "seeds")],
+                                       args.resamples, args.seed)
         except ValueError as error:
             raise SystemExit(f"table4: {error}") from error
-        report += "\n\n" + significance_report(results, intervals, baseline, args.resamples, args.seed)
+        report += "\n\n" + significance_report(results, comparisons, baseline, seeds, args.resamples, args.seed)
     else:
         print(f"table4: no intervals were computed (they need the {baseline} run, run_name {args.baseline}, "
               "and at least one other)", file=sys.stderr)
-    out = args.out or Path(os.path.commonpath([run.resolve() for run in runs]))
+    out = args.out or Path(os.path.commonpath([run.path.resolve() for run in runs]))
     out.mkdir(parents=True, exist_ok=True)
-    evidence = validation_evidence({model: run_dirs[model] for model in scored}, out)
+    labelled = {(run.row if len(row_runs) == 1 else f"{run.row} (seed {run.seed})"): run.path
+                for row_runs in rows.values() for run in row_runs}
+    evidence = validation_evidence(labelled, out)
     report += "\n\n" + evidence if evidence else ""
     print(report)
     (out / "table4.md").write_text(report + "\n")
-    write_csv(out / "table4.csv", results, intervals)
-    table = {model: dict(means) for model, means in results.items()}
-    for model, cells in intervals.items():
-        table[model]["vs_mle"] = {metric: interval_fields(interval) for metric, interval in cells.items()}
+    write_csv(out / "table4.csv", results, comparisons)
+    table = {model: dict(row) for model, row in results.items()}
+    for model, cells in comparisons.items():
+        table[model]["vs_mle"] = {metric: interval_fields(c.pooled) for metric, c in cells.items()}
+        table[model]["vs_mle_per_seed"] = {str(s): {metric: interval_fields(c.per_seed[s]) for metric, c in
+                                                    cells.items()} for s in next(iter(cells.values())).per_seed}
+    table["diagonal"] = {}  # each reward run on its own metric, by run name
+    for name, metric in OWN_METRIC.items():
+        comparison = comparisons.get(ROW_NAMES[name], {}).get(metric)
+        if comparison:
+            table["diagonal"][name] = {"row": ROW_NAMES[name], "metric": metric, **interval_fields(comparison.pooled),
+                                       "seeds": len(comparison.per_seed), "seeds_significant":
+                                       comparison.significant_seeds}
     (out / "table4.json").write_text(json.dumps(table, indent=2) + "\n")
-    if intervals:
-        plot_differences(out / "table4_diff.png", intervals, baseline)
+    if comparisons:
+        plot_differences(out / "table4_diff.png",
+                         {row: {m: c.pooled for m, c in cells.items()} for row, cells in comparisons.items()},
+                         baseline)
 
 
 if __name__ == "__main__":

@@ -255,3 +255,61 @@ def test_a_skipped_step_leaves_the_weights_and_still_counts():
     # Lightning still counts a skipped step, so the step count stays the count of batches drawn, which is
     # where trainer.data.ResumableShuffle resumes from.
     assert module.trainer.global_step == 2
+
+
+# ---------------------------------------------------------------- validation by the test's decoder and metric
+
+def validation_values(module, batch):
+    logged = {}
+    module.log = lambda key, value, **kwargs: logged.__setitem__(key, float(value))
+    module.validation_step(batch, 0)
+    return logged
+
+
+def test_test_metric_validation_scores_the_beam_decodes_with_the_test_metric_unpenalised():
+    """`select_by=test_metric`: validation beam-decodes with the test's settings and logs the mean of rouge-score's
+    ROUGE-L F ×100 of those summaries, recomputed here from the same beam decodes, without the repeat penalty."""
+    from rouge_score import rouge_scorer
+
+    from models.decoding import beam_search
+
+    module, batch = tiny_module()
+    module.select_by, module.penalize_repeats = "test_metric", True
+    module.beam = {"beam_size": 3, "max_len": 8, "min_len": 0}
+    labelled = batch.index_select([i for i in range(len(batch)) if batch.has_reference[i]])
+    with torch.no_grad():
+        module.model.eval()
+        logged = validation_values(module, labelled)
+        decoded = beam_search(module.model, module.model.encode(labelled), beam_size=3, max_len=8, min_len=0)
+    scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
+    expected = []
+    for i, (ids, n) in enumerate(zip(decoded.ids.tolist(), decoded.lengths.tolist())):
+        summary = " ".join(t for t in module.vocab.decode(ids[:n], labelled.oovs[i]))
+        expected.append(100 * scorer.score("the cat sat .", summary)["rougeL"].fmeasure)
+    assert logged["val/test_metric"] == pytest.approx(sum(expected) / len(expected), abs=1e-5)
+    assert "val/reward" in logged  # the penalised greedy reward stays logged beside it
+
+
+def test_test_metric_validation_is_the_rewards_own_metric_for_a_mover_reward():
+    """A reward without a `test_metric` (the mover's similarities) is its own test metric, at its display scale."""
+    class Length:
+        name, needs_reference = "wms", True  # scored ×1000, as the mover's metrics are
+
+        def __call__(self, inputs):
+            return inputs.hyp_lens.float() / 100
+
+    module, batch = tiny_module(reward=Length())
+    module.select_by, module.beam = "test_metric", {"beam_size": 2, "max_len": 6, "min_len": 5}
+    labelled = batch.index_select([i for i in range(len(batch)) if batch.has_reference[i]])
+    with torch.no_grad():
+        module.model.eval()
+        logged = validation_values(module, labelled)
+    # min_len 5 of max_len 6: every summary has 5 or 6 tokens, so 50 to 60 at ×1000 / 100
+    assert 50 <= logged["val/test_metric"] <= 60
+
+
+def test_select_by_is_checked():
+    vocab = Vocabulary("a b".split())
+    model = PointerGenerator(PointerGeneratorConfig(vocab_size=len(vocab), emb_dim=4, hidden_dim=4))
+    with pytest.raises(ValueError, match="select_by must be one of"):
+        SummarizationModule(model, vocab, optimizer=torch.optim.Adam, select_by="beam")

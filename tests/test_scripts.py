@@ -25,6 +25,7 @@ def load_script(name: str):
     """Import scripts/<name>.py as a module (scripts/ is not a package)."""
     spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 

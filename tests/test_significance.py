@@ -13,7 +13,7 @@ import pytest
 from scipy import stats
 
 from test_scripts import load_script, write_jsonl
-from trainer.significance import Interval, compare_to_baseline, paired_bootstrap
+from trainer.significance import Interval, compare_to_baseline, paired_bootstrap, pooled_bootstrap
 
 
 # ---------------------------------------------------------------- paired_bootstrap
@@ -69,6 +69,33 @@ def test_seed_reproduces_the_interval():
     assert other != first and other.mean == first.mean
     tolerance = 4 * math.sqrt(2) * monte_carlo_se(deltas, 1000)
     assert other.low == pytest.approx(first.low, abs=tolerance) and other.high == pytest.approx(first.high, abs=tolerance)
+
+
+# ---------------------------------------------------------------- pooled_bootstrap (seeds, then articles)
+
+def test_one_seed_pools_to_the_paired_interval():
+    deltas = np.random.default_rng(4).normal(0.2, 1.0, size=150)
+    assert pooled_bootstrap([deltas], seed=3) == paired_bootstrap(deltas, seed=3)
+
+
+def test_seeds_that_disagree_widen_the_pooled_interval():
+    """Hand-made: every seed's per-article differences are constant, so each seed alone is a point interval. Seeds
+    at +1 and +3 agree on a positive effect; seeds at −1 and +5 disagree. Article resampling alone (pooling all
+    differences into one list) would call both certain; the two-level interval spans the seeds' spread, and the
+    disagreeing pair's covers 0."""
+    agree = pooled_bootstrap([np.full(50, 1.0), np.full(50, 3.0)])
+    disagree = pooled_bootstrap([np.full(50, -1.0), np.full(50, 5.0)])
+    assert agree.mean == disagree.mean == 2.0
+    # Drawing two seeds with replacement gives means 1, 2 or 3 (−1, 2 or 5): the 95% interval is the extremes.
+    assert (agree.low, agree.high) == (1.0, 3.0) and agree.significant
+    assert (disagree.low, disagree.high) == (-1.0, 5.0) and not disagree.significant
+    article_only = paired_bootstrap(np.r_[np.full(50, -1.0), np.full(50, 5.0)])
+    assert article_only.significant and article_only.high - article_only.low < 2.0
+
+
+def test_pooled_bootstrap_refuses_empty_seeds():
+    with pytest.raises(ValueError, match="non-empty"):
+        pooled_bootstrap([np.ones(3), np.array([])])
 
 
 # ---------------------------------------------------------------- compare_to_baseline
@@ -180,8 +207,9 @@ def test_table4_marks_exactly_the_rows_that_differ(grid, capsys):
     diagonal = [line for line in differences.splitlines() if line.startswith("- ")]
     assert [line.split(":")[0] for line in diagonal] == ["- Mixed w/ ROUGE-L on ROUGE-L", "- Mixed w/ WMS on WMS",
                                                          "- Mixed w/ SMS on SMS"]
-    assert diagonal[0].endswith(") significant") and diagonal[1].endswith(") not significant")
-    assert diagonal[2].endswith(") not significant")
+    assert diagonal[0].endswith(") significant; the best row there")
+    assert diagonal[1].endswith(") not significant; Mixed w/ ROUGE-L is higher")
+    assert diagonal[2].endswith(") not significant; Mixed w/ ROUGE-L is higher")
 
     table = json.loads((grid / "table4.json").read_text())
     lines = list(csv.DictReader((grid / "table4.csv").open()))
@@ -233,7 +261,8 @@ def test_table4_takes_qa_scores_as_the_runs_scored_them(tmp_path, capsys):
     table = json.loads((tmp_path / "table4.json").read_text())
     assert table["MLE+Pgen (no reward)"]["qa_conf"] == pytest.approx(10.5)
     assert table["Mixed w/ QAconf"]["vs_mle"]["qa_conf"]["delta"] == pytest.approx(20.0)
-    assert "- Mixed w/ QAconf on QAconf: 10.50 → 30.50 (+20.00 [+20.00, +20.00]) significant" in report
+    assert "- Mixed w/ QAconf on QAconf: 10.50 → 30.50 (+20.00 [+20.00, +20.00]) significant; the best row there" \
+        in report
 
 
 def test_table4_compares_with_the_baseline_it_is_given(grid, tmp_path, capsys):
@@ -246,7 +275,7 @@ def test_table4_compares_with_the_baseline_it_is_given(grid, tmp_path, capsys):
     assert "Difference from Bottom-up (no reward):" in report
     diagonal = [line for line in report.splitlines() if line.startswith("- ") and " on " in line]
     assert len(diagonal) == 1  # WMS was not computed
-    assert diagonal[0].startswith("- Bottom-up Mixed w/ ROUGE-L on ROUGE-L") and diagonal[0].endswith(") significant")
+    assert diagonal[0].startswith("- Bottom-up Mixed w/ ROUGE-L on ROUGE-L") and ") significant;" in diagonal[0]
 
 
 def test_table4_names_scialom_table2_rows(grid, tmp_path, capsys):
@@ -256,3 +285,80 @@ def test_table4_names_scialom_table2_rows(grid, tmp_path, capsys):
     load_script("table4").main([str(tmp_path), "--metrics", "--out", str(tmp_path)])
     report = capsys.readouterr().out
     assert "| +QA learned + TL;DR | " in report.split("Difference from MLE+Pgen (no reward):")[1]
+
+
+# ---------------------------------------------------------------- table4.py over seeds
+
+def write_seed_run(root: Path, name: str, seed: int, summaries: list[str], references: list[str],
+                   run_id: str | None = None, lineage: tuple[str, ...] = ()) -> Path:
+    run = root / name
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(f"run_name: {name.split('/')[-1]}\nseed: {seed}\nrun_id: {run_id or name}\n"
+                                     f"lineage: {list(lineage)}\n")
+    write_jsonl(run / "summaries.jsonl", [{"id": f"art-{i:02d}", "summary": s, "reference": r, "scores": {}}
+                                          for i, (s, r) in enumerate(zip(summaries, references))])
+    return run
+
+
+@pytest.fixture(scope="module")
+def seed_grid(tmp_path_factory):
+    """Three seeds of an MLE run and a ROUGE-L run on 30 articles. The ROUGE-L run of each seed copies the reference
+    on 20, 20 and 0 articles (seed 2 learned nothing) and its MLE run's summary elsewhere."""
+    root = tmp_path_factory.mktemp("seeds") / "sweep"
+    rng = np.random.default_rng(0)
+    references = [" ".join(rng.choice(WORDS, size=6, replace=False)) + " ." for _ in range(30)]
+    mle = [" ".join(r.split()[:3] + UNRELATED[:3]) + " ." for r in references]
+    for seed, copied in ((0, 20), (1, 20), (2, 0)):
+        write_seed_run(root, f"seed_{seed}/mle", seed, mle, references, run_id=f"mle{seed}")
+        write_seed_run(root, f"seed_{seed}/rouge_l", seed, references[:copied] + mle[copied:], references,
+                       run_id=f"rl{seed}", lineage=(f"mle{seed}",))
+    (root / "multirun.yaml").write_text("{}\n")
+    return root
+
+
+def test_table4_pools_seeds_and_counts_the_significant_ones(seed_grid, capsys):
+    load_script("table4").main([str(seed_grid), "--metrics", "--out", str(seed_grid)])
+    report = capsys.readouterr().out
+    diagonal = next(line for line in report.splitlines() if line.startswith("- Mixed w/ ROUGE-L on ROUGE-L"))
+    assert "2 of 3 seeds significant: seed 0 " in diagonal and "seed 2 +0.00 [+0.00, +0.00]," not in diagonal
+    assert diagonal.endswith("seed 2 +0.00 [+0.00, +0.00]")
+    assert "3 seeds pooled (two-level bootstrap: seeds, then articles)" in report
+    table = json.loads((seed_grid / "table4.json").read_text())
+    per_seed = table["Mixed w/ ROUGE-L"]["vs_mle_per_seed"]
+    assert per_seed["0"]["rougeL"] == per_seed["1"]["rougeL"] and per_seed["0"]["rougeL"]["significant"]
+    pooled = table["Mixed w/ ROUGE-L"]["vs_mle"]["rougeL"]
+    assert pooled["delta"] == pytest.approx(2 / 3 * per_seed["0"]["rougeL"]["delta"])
+    # the pooled interval reaches seed 2's 0: a third of the resamples draw it twice or more
+    assert pooled["low"] < per_seed["0"]["rougeL"]["low"] and not pooled["significant"]
+    assert table["diagonal"]["rouge_l"]["seeds_significant"] == 2 and table["diagonal"]["rouge_l"]["seeds"] == 3
+    assert table["MLE+Pgen (no reward)"]["seeds"] == 3
+
+
+def test_table4_compares_a_run_with_the_mle_run_it_started_from(seed_grid, tmp_path, capsys):
+    """Seed 1's ROUGE-L run started from seed 0's MLE run (its lineage says so), not from the MLE run of its seed."""
+    shutil.copytree(seed_grid / "seed_0" / "mle", tmp_path / "a")
+    shutil.copytree(seed_grid / "seed_1" / "rouge_l", tmp_path / "b")
+    (tmp_path / "b" / "config.yaml").write_text("run_name: rouge_l\nseed: 1\nrun_id: rl1\nlineage: [mle0]\n")
+    load_script("table4").main([str(tmp_path / "a"), str(tmp_path / "b"), "--metrics", "--out", str(tmp_path)])
+    assert "- Mixed w/ ROUGE-L on ROUGE-L" in capsys.readouterr().out
+
+
+def test_table4_refuses_a_run_whose_start_is_not_given(seed_grid, tmp_path):
+    """The issue's case: a mixed run started from one MLE run, given beside another MLE run of the same seed."""
+    shutil.copytree(seed_grid / "seed_0" / "mle", tmp_path / "other_mle")
+    (tmp_path / "other_mle" / "config.yaml").write_text("run_name: mle\nseed: 0\nrun_id: cc1\nlineage: []\n")
+    with pytest.raises(SystemExit, match=r"rouge_l descends from runs mle0 .* none of which is a MLE\+Pgen \(no reward\) run given"):
+        load_script("table4").main([str(tmp_path / "other_mle"), str(seed_grid / "seed_0" / "rouge_l"), "--metrics",
+                                    "--out", str(tmp_path)])
+
+
+def test_table4_refuses_two_runs_of_one_name_and_seed(seed_grid, tmp_path):
+    shutil.copytree(seed_grid / "seed_0" / "mle", tmp_path / "cc1")
+    with pytest.raises(SystemExit, match=r"seed_0/mle and .*cc1 are both 'MLE\+Pgen \(no reward\)' with seed 0"):
+        load_script("table4").main([str(seed_grid / "seed_0" / "mle"), str(tmp_path / "cc1"),
+                                    str(seed_grid / "seed_0" / "rouge_l"), "--metrics", "--out", str(tmp_path)])
+
+
+def test_table4_names_a_missing_path(tmp_path):
+    with pytest.raises(SystemExit, match=r"table4: .*nowhere is not a directory"):
+        load_script("table4").main([str(tmp_path / "nowhere"), "--metrics"])

@@ -12,8 +12,10 @@ import pytorch_lightning as pl
 log = logging.getLogger(__name__)
 
 PANELS = {"val/reward": "val reward", "val/loss": "val loss", "val/rouge_l": "val ROUGE-L",
-          "val/length": "val length (tokens)", "val/repeated_trigrams": "val repeated trigrams"}
-SUMMARY_PANELS = ("val/rouge_l", "val/length", "val/repeated_trigrams")  # beside the reward (or loss) panel
+          "val/length": "val length (tokens)", "val/repeated_trigrams": "val repeated trigrams",
+          "val/test_metric": "val test metric (beam, no penalty)"}
+# beside the reward (or loss) panel, where a run logged them
+SUMMARY_PANELS = ("val/test_metric", "val/rouge_l", "val/length", "val/repeated_trigrams")
 
 
 class ValidationCurve(pl.Callback):
@@ -84,6 +86,7 @@ def plot_curves(curves: dict[str, list[dict[str, float]]], path: Path, panels: S
     and repeated trigrams of greedy validation decodes) against the optimizer step, the first value dashed."""
     from matplotlib.figure import Figure
 
+    panels = [key for key in panels if any(key in p for points in curves.values() for p in points)]
     # A bare Figure draws with Agg, without pyplot's global state or backend switch (as table4's figure does).
     fig = Figure(figsize=(3.5 * (1 + len(panels)), 2.6 * len(curves)), layout="tight")
     axes = fig.subplots(len(curves), 1 + len(panels), squeeze=False)

@@ -18,11 +18,16 @@ from trainer.baselines import Baseline, GreedyBaseline
 from trainer.batch import Batch
 from trainer.checkpoints import checkpoint_description
 from trainer.diagnostics import novel_ngram_rate, repeated_ngram_counts, repeated_ngram_rate
-from trainer.evaluate import as_text, evaluate
+from trainer.evaluate import ROUGE_KEYS, as_text, evaluate
 from trainer.schedules import Constant
 from trainer.vocab import Vocabulary, split_at_sentence_ends
 
 log = logging.getLogger(__name__)
+
+# What a mixed run's validation scores, and so which checkpoint it keeps (`select_by`): `reward`, the training reward
+# (repeat penalty included) of greedy decodes; `test_metric`, the reward's test metric, unpenalised, of the test's
+# beam decodes (the `beam` settings), that is what the test measures.
+SELECT_BY = ("reward", "test_metric")
 
 
 def self_critical_loss(sample_log_probs: Tensor, sample_lengths: Tensor, sample_reward: Tensor,
@@ -51,7 +56,8 @@ class SummarizationModule(pl.LightningModule):
                  temperature: float = 1.0, rl_max_len: int = 100, length_normalize: bool = False,
                  val_max_len: int = 100,
                  beam: dict[str, Any] | None = None, metrics: dict[str, Reward] | None = None,
-                 max_nonfinite_steps: int = 10, output_dir: str = ".", unlabelled_fraction: float = 0.0):
+                 select_by: str = "reward", max_nonfinite_steps: int = 10, output_dir: str = ".",
+                 unlabelled_fraction: float = 0.0):
         super().__init__()
         if not 0 <= unlabelled_fraction < 1:
             raise ValueError(f"unlabelled_fraction must be in [0, 1), got {unlabelled_fraction}")
@@ -68,10 +74,14 @@ class SummarizationModule(pl.LightningModule):
         self.beam = dict(beam or {})
         check_beam_settings(**self.beam)  # now, not in the test-time decode after training
         self.metrics = dict(metrics or {})
+        if select_by not in SELECT_BY:
+            raise ValueError(f"select_by must be one of {SELECT_BY}, got {select_by!r}")
+        self.select_by = select_by
         self.output_dir = Path(output_dir)
         self.max_nonfinite_steps, self._nonfinite_steps = max_nonfinite_steps, 0
         self.rouge_l = RougeL()
         self._test_rows: list[dict] = []
+        self.provenance: dict[str, Any] = {}  # the run's id and lineage (`trainer.train.provenance`), in checkpoints
 
     @property
     def stage(self) -> str:
@@ -204,11 +214,24 @@ class SummarizationModule(pl.LightningModule):
             values |= {"loss": self.model.mle_loss(batch, enc=enc)["loss"], "rouge_l": self.rouge_l(inputs).mean()}
         if self.reward is not None and (labelled or not self.reward.needs_reference):
             values["reward"] = self._reward(inputs)[0].nanmean()  # the mean over the rows it applies to
+        if self.reward is not None and labelled and self.select_by == "test_metric":
+            values["test_metric"] = self.test_metric(batch, enc)
         where = "" if labelled else f"/{batch.domains[0]}"
         for key, value in values.items():
             # sync_dist: under DDP the checkpoint monitor must see the mean over all ranks, not rank 0's share
             self.log(f"val/{key}{where}", value, batch_size=len(batch), prog_bar=labelled and key in ("loss", "reward"),
                      sync_dist=True, add_dataloader_idx=False)
+
+    def test_metric(self, batch: Batch, enc: Any) -> Tensor:
+        """The mean of the reward's test metric (`test_metric`, else its own name: the reward itself, scored on text as
+        the test scores it), without the repeat penalty, over the test decoder's summaries of a labelled batch."""
+        key = getattr(self.reward, "test_metric", self.reward.name)
+        rows = self.summaries(beam_search(self.model, enc, **self.beam), batch)
+        _, scores = evaluate([r["summary"] for r in rows], [r["reference"] for r in rows],
+                             {} if key in ROUGE_KEYS else {key: self.reward}, device=self.device,
+                             sources=[r["article"] for r in rows])
+        values = [s[key] for s in scores if s[key] is not None]
+        return torch.tensor(sum(values) / len(values) if values else float("nan"))
 
     # ---------------------------------------------------------------- test
     def test_step(self, batch: Batch, batch_idx: int) -> None:
@@ -243,4 +266,4 @@ class SummarizationModule(pl.LightningModule):
 
     # ---------------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["sumrl"] = checkpoint_description(self.stage, self.model, self.vocab)
+        checkpoint["sumrl"] = checkpoint_description(self.stage, self.model, self.vocab) | self.provenance

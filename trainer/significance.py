@@ -1,5 +1,6 @@
 """Paired bootstrap confidence intervals for the difference between two systems scored on the same
-test articles (e.g. a reward-trained model against the MLE baseline)."""
+test articles (e.g. a reward-trained model against the MLE baseline), for one training seed or pooled over
+several (a two-level bootstrap: seeds, then articles)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,29 +36,53 @@ def paired_bootstrap(deltas: np.ndarray, resamples: int = 1000, seed: int = 0, l
     return Interval(float(deltas.mean()), float(low), float(high))
 
 
+def pooled_bootstrap(deltas_per_seed: list[np.ndarray], resamples: int = 1000, seed: int = 0,
+                     level: float = 0.95) -> Interval:
+    """Percentile interval of the mean over training seeds of each seed's mean per-article difference.
+
+    Two levels: each resample draws the seeds with replacement, then, independently for each seed drawn, its
+    articles with replacement. An article-only bootstrap of the pooled differences would ignore that runs of one
+    reward disagree from seed to seed; this interval widens when they do. One seed gives exactly
+    `paired_bootstrap`'s interval (the same draws)."""
+    deltas = [np.asarray(d, dtype=float) for d in deltas_per_seed]
+    if not deltas or any(d.ndim != 1 or d.size == 0 for d in deltas):
+        raise ValueError("deltas_per_seed must be a non-empty list of non-empty 1-D arrays")
+    rng = np.random.default_rng(seed)
+    n = len(deltas)
+    # For every seed, `resamples × n` article resamples: one for each slot a seed can fill in a resample.
+    article_means = np.stack([d[rng.integers(0, d.size, size=(resamples * n, d.size))].mean(axis=1)
+                              for d in deltas]).reshape(n, resamples, n)
+    picks = rng.integers(0, n, size=(resamples, n)) if n > 1 else np.zeros((resamples, 1), dtype=int)
+    means = article_means[picks, np.arange(resamples)[:, None], np.arange(n)[None]].mean(axis=1)
+    tail = (1 - level) / 2
+    low, high = np.percentile(means, [100 * tail, 100 * (1 - tail)])
+    return Interval(float(np.mean([d.mean() for d in deltas])), float(low), float(high))
+
+
+def paired_differences(scores: dict[str, dict[str, float | None]], base: dict[str, dict[str, float | None]],
+                       metric: str, row: str = "row", baseline: str = "baseline") -> np.ndarray:
+    """`scores` − `base` on `metric`, article by article (ids sorted, so the order is the rows' order-free). Both
+    must score exactly the same articles, or a ValueError names the row and how many ids differ. An article the
+    metric does not apply to (None, as `trainer.evaluate` leaves it) drops out of the pairs."""
+    only_row, only_base = len(scores.keys() - base.keys()), len(base.keys() - scores.keys())
+    if only_row or only_base:
+        raise ValueError(f"{row!r}: {only_row + only_base} article ids differ from the baseline {baseline!r} "
+                         f"({only_row} only in {row!r}, {only_base} only in {baseline!r}); "
+                         "the paired bootstrap needs both scored on the same articles")
+    return np.array([scores[i][metric] - base[i][metric] for i in sorted(base)
+                     if scores[i][metric] is not None and base[i][metric] is not None])
+
+
 def compare_to_baseline(per_article: dict[str, dict[str, dict[str, float | None]]], baseline: str,
                         metrics: list[str], resamples: int = 1000, seed: int = 0, level: float = 0.95
                         ) -> dict[str, dict[str, Interval]]:
     """Intervals of (row − baseline) for every other row and each metric, articles paired by id.
 
     `per_article` maps row -> article id -> {metric: score}. Every row must score exactly the
-    baseline's articles; otherwise a ValueError names the row and how many ids differ.
+    baseline's articles (`paired_differences`). Every cell reuses `seed`, so all intervals come from the same
+    resampled test sets.
     """
     base = per_article[baseline]
-    # Sorted ids make the differences' order, and so the resamples, independent of the rows' order.
-    ids = sorted(base)
-    intervals = {}
-    for row, scores in per_article.items():
-        if row == baseline:
-            continue
-        only_row, only_base = len(scores.keys() - base.keys()), len(base.keys() - scores.keys())
-        if only_row or only_base:
-            raise ValueError(f"{row!r}: {only_row + only_base} article ids differ from the baseline {baseline!r} "
-                             f"({only_row} only in {row!r}, {only_base} only in {baseline!r}); "
-                             "the paired bootstrap needs both scored on the same articles")
-        # Every cell reuses `seed`, so all intervals come from the same resampled test sets. An article a
-        # metric does not apply to (None, as `trainer.evaluate` leaves it) drops out of that metric's pairs.
-        intervals[row] = {m: paired_bootstrap(np.array([scores[i][m] - base[i][m] for i in ids
-                                                        if scores[i][m] is not None and base[i][m] is not None]),
-                                              resamples, seed, level) for m in metrics}
-    return intervals
+    return {row: {m: paired_bootstrap(paired_differences(scores, base, m, row, baseline), resamples, seed, level)
+                  for m in metrics}
+            for row, scores in per_article.items() if row != baseline}

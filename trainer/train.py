@@ -1,6 +1,7 @@
 """Hydra entry point: `python -m trainer.train [overrides]`. Compose, instantiate, fit, test, report."""
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import signal
@@ -13,7 +14,7 @@ import pytorch_lightning as pl
 import torch
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.utilities import rank_zero_only
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
@@ -113,6 +114,22 @@ def check_unlabelled(data: SummarizationData, module: SummarizationModule) -> No
                             "reward with a reference-free term (reward=qa_learned, say) or data without `unlabelled`")
 
 
+def provenance(cfg: DictConfig) -> dict[str, Any]:
+    """The run's id (from the folder it started in, so DDP ranks agree) and the ids of the runs its weights descend
+    from, oldest first: kept in config.yaml and every checkpoint, so that table4 compares a run with the MLE run it
+    started from wherever their folders have gone. A resume is the same run: its checkpoint says so."""
+    if cfg.ckpt_path:
+        info = checkpoint_info(cfg.ckpt_path)
+        if "run_id" in info:
+            return {"run_id": info["run_id"], "lineage": list(info.get("lineage", []))}
+    lineage = []
+    if cfg.init_from and cfg.init_from != "none":
+        info = checkpoint_info(cfg.init_from)
+        lineage = [*info.get("lineage", []), *([info["run_id"]] if "run_id" in info else [])]
+    folder = str(Path(cfg.output_dir).expanduser().resolve())
+    return {"run_id": hashlib.sha1(folder.encode()).hexdigest()[:12], "lineage": lineage}
+
+
 def run(cfg: DictConfig) -> dict:
     """Train, then test the best checkpoint; returns (and writes) the test results."""
     pl.seed_everything(cfg.seed, workers=True)
@@ -128,6 +145,9 @@ def run(cfg: DictConfig) -> dict:
     trainer: pl.Trainer = instantiate(cfg.trainer, logger=loggers or False, callbacks=callbacks,
                                       plugins=[AtomicCheckpointIO()])
     Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
+    module.provenance = provenance(cfg)
+    with open_dict(cfg):
+        cfg.update(module.provenance)
     if not cfg.ckpt_path:  # a resume keeps the record of how the run was started (and was checked against it)
         (Path(cfg.output_dir) / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     if cfg.train:
