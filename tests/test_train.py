@@ -2,7 +2,6 @@
 and writes its results; a mixed run starts from the MLE checkpoint; `table4.py`
 collects both runs into one table. Resuming and the checks of starting points are in test_resume.py."""
 import csv
-import importlib.util
 import json
 import os
 import subprocess
@@ -13,6 +12,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
+from test_scripts import load_script
 from trainer.checkpoints import CheckpointError
 from trainer.train import run
 
@@ -77,9 +77,7 @@ def test_mixed_run_starts_from_mle_and_table4_collects_both(mle_run, capsys):
     assert summary.startswith(f"val/reward {float(curve[0]['val/reward']):.4f} at step 0 → best ")
     assert (tmp / "rouge_l" / "val_curve.png").stat().st_size > 10_000
 
-    spec = importlib.util.spec_from_file_location("table4", ROOT / "scripts" / "table4.py")
-    table4 = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(table4)
+    table4 = load_script("table4")
     capsys.readouterr()
     table4.main([str(tmp / "mle"), str(tmp / "rouge_l"), "--out", str(tmp)])
     printed = capsys.readouterr().out
