@@ -67,12 +67,13 @@ class Run:
     run_id: str | None = None
     lineage: list[str] = field(default_factory=list)  # the run ids its weights descend from, oldest first
     init_from: str | None = None
+    threads: int | None = None
 
     @classmethod
     def read(cls, path: Path) -> "Run":
         cfg = OmegaConf.load(path / "config.yaml")
         return cls(path, cfg.get("run_name") or path.name, cfg.get("seed"), cfg.get("run_id"),
-                   list(cfg.get("lineage") or []), cfg.get("init_from"))
+                   list(cfg.get("lineage") or []), cfg.get("init_from"), cfg.get("threads"))
 
     @property
     def row(self) -> str:
@@ -207,6 +208,12 @@ def compare_rows(rows: dict[str, list[Run]], pairs: dict[Path, Run], scores: dic
     return out
 
 
+def best_row(results: dict[str, dict[str, float]], metric: str, candidate: str) -> str:
+    """The row with the highest mean on `metric`: `candidate` where it ties for the top."""
+    top = max(results[r][metric] for r in results if metric in results[r])
+    return candidate if results[candidate][metric] >= top else next(r for r in results if results[r].get(metric) == top)
+
+
 def significance_report(results: dict[str, dict[str, float]], comparisons: dict[str, dict[str, Comparison]],
                         baseline: str, seeds: int, resamples: int, seed: int) -> str:
     """Markdown: every row's difference from the baseline per metric, then each reward row on its own metric, with
@@ -223,8 +230,7 @@ def significance_report(results: dict[str, dict[str, float]], comparisons: dict[
         if metric not in comparisons.get(row, {}):
             continue
         comparison = comparisons[row][metric]
-        top = max(results[r][metric] for r in results if metric in results[r])
-        best = row if results[row][metric] >= top else next(r for r in results if results[r].get(metric) == top)
+        best = best_row(results, metric, row)
         line = (f"- {row} on {TABLE_COLUMNS.get(metric, metric)}: {results[baseline][metric]:.2f} → "
                 f"{results[row][metric]:.2f} ({format_interval(comparison.pooled)}) "
                 + ("significant" if comparison.pooled.significant else "not significant")
@@ -258,7 +264,14 @@ def write_csv(path: Path, results: dict[str, dict[str, float]], comparisons: dic
                                                                  else {})})
 
 
-def plot_differences(path: Path, intervals: dict[str, dict[str, Interval]], baseline: str) -> None:
+def runs_caption(runs: list[Run]) -> str:
+    """What varies between machines and seeds, for figure titles: the runs' seeds and torch thread counts."""
+    def listed(values: set) -> str:
+        return ", ".join(str(v) for v in sorted(values, key=str))
+    return f"seed {listed({r.seed for r in runs})}, threads {listed({r.threads for r in runs})}"
+
+
+def plot_differences(path: Path, intervals: dict[str, dict[str, Interval]], baseline: str, caption: str) -> None:
     """One panel per metric, one error bar per row: filled where the interval excludes 0, hollow where not."""
     rows = list(intervals)
     metrics = list(intervals[rows[0]])
@@ -279,11 +292,11 @@ def plot_differences(path: Path, intervals: dict[str, dict[str, Interval]], base
     axes[0].set_yticks(range(len(rows)), rows)
     axes[0].invert_yaxis()  # once: the panels share the y axis, so each call would flip it back
     fig.suptitle(f"Difference from {baseline}, {LEVEL:.0%} paired bootstrap intervals "
-                 "(filled: interval excludes 0)")
+                 f"(filled: interval excludes 0); {caption}")
     fig.savefig(path, dpi=120)
 
 
-def validation_evidence(runs: dict[str, Path], out: Path) -> str:
+def validation_evidence(runs: dict[str, Path], out: Path, caption: str) -> str:
     """Each run's "start → best" line (`val_summary.txt`), and every run's validation curves in one figure."""
     curves, lines = {}, []
     for model, run in runs.items():
@@ -293,7 +306,7 @@ def validation_evidence(runs: dict[str, Path], out: Path) -> str:
         if (run / "val_summary.txt").exists():
             lines.append(f"- {model}: {(run / 'val_summary.txt').read_text(encoding='utf-8').strip()}")
     if curves:
-        plot_curves(curves, out / "val_curves.png")
+        plot_curves(curves, out / "val_curves.png", title=caption)
     return "\n".join(["Validation (greedy, fixed sample), first → best:", "", *lines]) if lines else ""
 
 
@@ -352,7 +365,7 @@ def main(argv: list[str] | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     labelled = {(run.row if len(row_runs) == 1 else f"{run.row} (seed {run.seed})"): run.path
                 for row_runs in rows.values() for run in row_runs}
-    evidence = validation_evidence(labelled, out)
+    evidence = validation_evidence(labelled, out, runs_caption(runs))
     report += "\n\n" + evidence if evidence else ""
     print(report)
     (out / "table4.md").write_text(report + "\n")
@@ -368,12 +381,13 @@ def main(argv: list[str] | None = None) -> None:
         if comparison:
             table["diagonal"][name] = {"row": ROW_NAMES[name], "metric": metric, **interval_fields(comparison.pooled),
                                        "seeds": len(comparison.per_seed), "seeds_significant":
-                                       comparison.significant_seeds}
+                                       comparison.significant_seeds,
+                                       "best_row": best_row(results, metric, ROW_NAMES[name]) == ROW_NAMES[name]}
     (out / "table4.json").write_text(json.dumps(table, indent=2) + "\n")
     if comparisons:
         plot_differences(out / "table4_diff.png",
                          {row: {m: c.pooled for m, c in cells.items()} for row, cells in comparisons.items()},
-                         baseline)
+                         baseline, runs_caption(runs))
 
 
 if __name__ == "__main__":

@@ -362,3 +362,21 @@ def test_table4_refuses_two_runs_of_one_name_and_seed(seed_grid, tmp_path):
 def test_table4_names_a_missing_path(tmp_path):
     with pytest.raises(SystemExit, match=r"table4: .*nowhere is not a directory"):
         load_script("table4").main([str(tmp_path / "nowhere"), "--metrics"])
+
+
+def test_demo_robustness_counts_grids_whose_whole_diagonal_is_significant(tmp_path, capsys):
+    """Two hand-made grids' table4.json: all four significant in one, SMS not in the other."""
+    robustness = load_script("demo_robustness")
+    for name, sms_low in (("t1_s0", 0.5), ("t2_s0", -0.5)):
+        (tmp_path / name).mkdir()
+        diagonal = {r: {"delta": 2.0, "low": 1.0, "high": 3.0, "significant": True, "best_row": r != "wms"}
+                    for r in robustness.REWARDS}
+        diagonal["sms"] |= {"low": sms_low, "significant": sms_low > 0}
+        (tmp_path / name / "table4.json").write_text(json.dumps({"diagonal": diagonal}))
+    robustness.main(["--seeds", "0", "--threads", "1", "2", "--out", str(tmp_path)])
+    data = json.loads((tmp_path / "robustness.json").read_text())
+    assert (data["passed"], data["total"]) == (1, 2)
+    assert data["per_reward"]["sms"] | {} == {"mean_delta": 2.0, "smallest_low": -0.5, "largest_delta": 2.0,
+                                               "smallest_delta": 2.0, "significant": 1, "best_row": 2}
+    assert data["per_reward"]["wms"]["best_row"] == 0
+    assert "**1 of 2 grids** have all four diagonals significant" in capsys.readouterr().out

@@ -22,12 +22,15 @@ class ValidationCurve(pl.Callback):
     """Records each validation's `val/*` means with its optimizer step and the training seconds before it.
     When fitting ends (rank 0) it writes `val_curve.csv` and `val_curve.png` to `output_dir`, and logs and
     prints where the monitored metric started and its best value. Its points travel in checkpoints, so a
-    resumed run keeps its start. `panels`: the metrics drawn beside the reward (or loss)."""
+    resumed run keeps its start. `panels`: the metrics drawn beside the reward (or loss); `caption`: the figure's
+    title (what varies between machines: the seed and the thread count)."""
 
-    def __init__(self, monitor: str, mode: str, output_dir: str, panels: Sequence[str] = SUMMARY_PANELS):
+    def __init__(self, monitor: str, mode: str, output_dir: str, panels: Sequence[str] = SUMMARY_PANELS,
+                 caption: str | None = None):
         if mode not in ("min", "max"):
             raise ValueError(f"ValidationCurve: mode must be 'min' or 'max', got {mode!r}")
         self.monitor, self.mode, self.output_dir, self.panels = monitor, mode, Path(output_dir), tuple(panels)
+        self.caption = caption
         self.points: list[dict[str, float]] = []
         self._train_start: float | None = None  # None: not fitting yet (a validation before training is at 0 s)
 
@@ -70,7 +73,7 @@ class ValidationCurve(pl.Callback):
         self.output_dir.mkdir(parents=True, exist_ok=True)
         (self.output_dir / "val_summary.txt").write_text(line + "\n", encoding="utf-8")
         self.write_csv(self.output_dir / "val_curve.csv")
-        plot_curves({self.output_dir.name: self.points}, self.output_dir / "val_curve.png", self.panels)
+        plot_curves({self.output_dir.name: self.points}, self.output_dir / "val_curve.png", self.panels, self.caption)
 
     def write_csv(self, path: Path) -> None:
         keys = ["step", "seconds"] + sorted({k for p in self.points for k in p} - {"step", "seconds"})
@@ -80,8 +83,8 @@ class ValidationCurve(pl.Callback):
             writer.writerows(self.points)
 
 
-def plot_curves(curves: dict[str, list[dict[str, float]]], path: Path, panels: Sequence[str] = SUMMARY_PANELS
-                ) -> None:
+def plot_curves(curves: dict[str, list[dict[str, float]]], path: Path, panels: Sequence[str] = SUMMARY_PANELS,
+                title: str | None = None) -> None:
     """One row of panels per run: its reward (or, for MLE, its loss), then `panels` (by default ROUGE-L, length
     and repeated trigrams of greedy validation decodes) against the optimizer step, the first value dashed."""
     from matplotlib.figure import Figure
@@ -101,4 +104,6 @@ def plot_curves(curves: dict[str, list[dict[str, float]]], path: Path, panels: S
             ax.tick_params(labelsize=7)
             ax.grid(alpha=0.3)
         row[0].set_xlabel("optimizer step", fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
     fig.savefig(path, dpi=100)
