@@ -4,9 +4,16 @@ r"""Correlate metrics with human judgments (meta-evaluation), as in Clark et al.
         --rewards rouge_l sms --set rouge_l.beta=1.2 --tokenize treebank rouge_l=whitespace
 
 Scores each row's candidate against its reference with every reward (as scripts/score.py does),
-then prints, per human dimension, a markdown table of Spearman, Pearson and Kendall correlations
-and a matrix of Williams-test p-values. Rows whose judgment is null are left out of that
-dimension only.
+then prints, per human dimension and protocol (`--protocol`, see rewards/correlation.py):
+  - summary: Spearman, Pearson and Kendall correlations over all judged summaries, and a matrix of
+    Williams-test p-values;
+  - pairs: input-level pairwise system differences (Toutanova et al. 2016 §4.3.2): per pair of
+    systems, the Pearson r of metric and human differences over inputs; then, per two metrics, on how
+    many pairs the first is significantly better (Williams, p < 0.05), "dominates" on >= 80%;
+  - system: the correlations of per-system means.
+Rows whose judgment is null are left out of that dimension only. `--systems` keeps the inputs
+(`--input-field`) that have a row for every listed system; a later row of the same input and system
+replaces an earlier one.
 
 Clark et al. (2019) Table 2, "Summaries" column (paper: ROUGE-L 0.117; GloVe 300-d WMS 0.180,
 SMS 0.258, S+WMS 0.214; here with GloVe 6B 50d: 0.117, 0.177, 0.244, 0.209). ROUGE-L reads
@@ -15,6 +22,14 @@ lower-cased whitespace tokens (Clark et al.'s setting), the mover's metrics PTB 
     python scripts/correlate.py /work/shared/data/human/chaganty2018_cnndm.jsonl --human overall \
         --exclude system=reference --rewards rouge_l wms sms s_wms --set rouge_l.beta=1.2 \
         --tokenize treebank rouge_l=whitespace
+
+Wu et al. (2020) Table 1 (paper: ROUGE-1 .1953 / .0975 / .2174; here the same) on the 1,996 summaries of the 499
+documents judged for all five systems, ROUGE recall as the `rouge` package computes it (distinct n-grams, case
+kept, text split on '.' and whitespace); `--protocol pairs` gives the six system pairs:
+
+    python scripts/correlate.py /work/shared/data/human/chaganty2018_cnndm.jsonl \
+        --human overall grammar redundancy --input-field doc_id --systems seq2seq pointer ml ml+rl \
+        --rewards rouge_1_recall --tokenize rouge_package --protocol summary pairs system
 """
 from __future__ import annotations
 
@@ -22,9 +37,12 @@ import argparse
 import math
 import sys
 
-from rewards.correlation import CORRELATIONS, correlation, williams_matrix
-from rewards.scoring import (USER_ERRORS, InputError, add_scoring_arguments, markdown_table, parse_exclusions, read_jsonl,
-                             score_rows)
+from rewards.correlation import (CORRELATIONS, correlation, dominance, input_level_pairs, system_level,
+                                 williams_matrix)
+from rewards.scoring import (USER_ERRORS, InputError, Row, add_scoring_arguments, markdown_table, parse_exclusions,
+                             read_jsonl, score_rows)
+
+PROTOCOLS = ("summary", "pairs", "system")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -37,8 +55,29 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "e.g. system=reference")
     parser.add_argument("--williams", choices=sorted(CORRELATIONS), default="spearman",
                         help="correlation the Williams test compares (default: spearman, as Clark et al.)")
+    parser.add_argument("--protocol", nargs="+", choices=PROTOCOLS, default=["summary"],
+                        help="summary-level, input-level pairwise system differences, and/or system-level")
+    parser.add_argument("--input-field", default=None,
+                        help="the field naming each row's input (document); needed by --systems and the pairs protocol")
+    parser.add_argument("--system-field", default="system")
+    parser.add_argument("--systems", nargs="+", default=None, metavar="SYSTEM",
+                        help="keep only these systems, and only inputs that have a row for each of them")
     add_scoring_arguments(parser)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.input_field is None and (args.systems or "pairs" in args.protocol):
+        parser.error("--systems and --protocol pairs need --input-field")
+    return args
+
+
+def complete_inputs(rows: list[Row], input_field: str, system_field: str, systems: list[str]) -> list[Row]:
+    """Rows of `systems` whose input has a row for every one of them; a later row of the same input and system
+    replaces an earlier one (as a mapping keyed by system would: Wu et al.'s 1,996 Chaganty summaries)."""
+    by_input: dict[str, dict[str, Row]] = {}
+    for row in rows:
+        system = row.text(system_field)
+        if system in systems:
+            by_input.setdefault(str(row.value(input_field)), {})[system] = row
+    return [by_system[s] for by_system in by_input.values() if len(by_system) == len(systems) for s in systems]
 
 
 def format_p(p: float) -> str:
@@ -64,12 +103,38 @@ def report(dimension: str, n: int, correlations: dict[str, dict[str, float]],
     ])
 
 
+def pairs_report(dimension: str, pairs: dict[tuple[str, str], dict]) -> str:
+    """Markdown: each metric's Pearson r per system pair, then how often each metric beats each other one."""
+    metrics = list(next(iter(pairs.values()))["pearson"]) if pairs else []
+    table = [[name] + [f"{result['pearson'][name]:.3f}" for result in pairs.values()] for name in metrics]
+    wins = dominance(pairs)
+    matrix = [[a] + ["–" if a == b else f"{wins[a, b][0]}/{len(pairs)}" + (" dominates" if wins[a, b][1] else "")
+                     for b in metrics] for a in metrics]
+    return "\n\n".join([
+        f"## {dimension}: input-level pairwise system differences",
+        markdown_table(["metric"] + [f"{a} − {b} (n = {r['n']})" for (a, b), r in pairs.items()], table),
+        "System pairs on which the row metric correlates significantly better than the column metric "
+        "(Williams, p < 0.05); 'dominates': on at least 80% of them.",
+        markdown_table([""] + metrics, matrix),
+    ])
+
+
+def system_report(dimension: str, n_systems: int, correlations: dict[str, dict[str, float]]) -> str:
+    """Markdown: the correlations of per-system means with the humans' per-system means."""
+    table = [[name] + [f"{correlations[m][name]:.3f}" for m in CORRELATIONS] for name in correlations["spearman"]]
+    return "\n\n".join([f"## {dimension}: system level ({n_systems} systems)",
+                         markdown_table(["metric"] + [m.capitalize() for m in CORRELATIONS], table)])
+
+
 def main(argv: list[str] | None = None) -> dict[str, dict[str, dict[str, float]]]:
-    """Print the report; returns {dimension: {metric: {method: correlation}}}."""
+    """Print the report; returns the summary-level {dimension: {metric: {method: correlation}}} (empty without the
+    summary protocol)."""
     args = parse_args(argv)
     exclusions = parse_exclusions(args.exclude)
     rows = [row for row in read_jsonl(args.input)
             if not any(row.matches(field, value) for field, value in exclusions)]
+    if args.systems:
+        rows = complete_inputs(rows, args.input_field, args.system_field, args.systems)
     judgments = {dim: [row.number(dim) for row in rows] for dim in args.human}
     # Score only rows that some dimension will use.
     used = [i for i in range(len(rows)) if any(judgments[dim][i] is not None for dim in args.human)]
@@ -85,9 +150,17 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, dict[str, float]]
         metrics = {label: [values[j] for j in keep] for label, values in scores.items()}
         if len(human) <= 3:
             raise InputError(f"{args.input}: only {len(human)} fully scored rows judge {dim!r}; need more than 3")
-        results[dim] = {label: {m: correlation(v, human, m) for m in CORRELATIONS} for label, v in metrics.items()}
-        p_values = williams_matrix(human, metrics, args.williams)
-        sections.append(report(dim, len(human), results[dim], p_values, args.williams))
+        if "summary" in args.protocol:
+            results[dim] = {label: {m: correlation(v, human, m) for m in CORRELATIONS} for label, v in metrics.items()}
+            p_values = williams_matrix(human, metrics, args.williams)
+            sections.append(report(dim, len(human), results[dim], p_values, args.williams))
+        systems = [rows[used[j]].text(args.system_field) for j in keep]
+        if "pairs" in args.protocol:
+            inputs = [str(rows[used[j]].value(args.input_field)) for j in keep]
+            sections.append(pairs_report(dim, input_level_pairs(inputs, systems, human, metrics)))
+        if "system" in args.protocol:
+            by_method = {m: system_level(systems, human, metrics, m) for m in CORRELATIONS}
+            sections.append(system_report(dim, len(set(systems)), by_method))
     print("\n\n".join(sections))
     return results
 
