@@ -31,9 +31,7 @@ CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 # treebank: raw text, PTB-tokenized after sentence splitting (`tokenize_sentences(pretokenized=False)`).
 # whitespace: text that is already tokenized, split on whitespace (`pretokenized=True`).
-# rouge_package: as the `rouge` package (pltrdy) reads text for Wu et al. (2020): case kept, split on '.' and
-# whitespace, one sentence.
-TOKENIZERS = ("treebank", "whitespace", "rouge_package")
+TOKENIZERS = ("treebank", "whitespace")
 
 # Clark et al. (2019) print ROUGE x100 and mover's similarities x1000.
 _MOVER_NAMES = ("wms", "sms", "s_wms")
@@ -150,11 +148,9 @@ def display_scale(reward: Reward) -> int:
 
 
 def tokenize(text: str, tokenizer: str) -> list[list[str]]:
-    """Sentences of tokens, lower-cased but for `rouge_package` (see TOKENIZERS)."""
+    """Lower-cased sentences of tokens (see TOKENIZERS)."""
     if tokenizer not in TOKENIZERS:
         raise ValueError(f"unknown tokenizer {tokenizer!r}; choose from {TOKENIZERS}")
-    if tokenizer == "rouge_package":
-        return [[word for piece in text.split(".") for word in piece.split()]]
     return tokenize_sentences(text, pretokenized=tokenizer == "whitespace")
 
 
@@ -214,7 +210,7 @@ def positive_int(text: str) -> int:
     return value
 
 
-def add_scoring_arguments(parser: argparse.ArgumentParser) -> None:
+def add_scoring_arguments(parser: argparse.ArgumentParser, candidate_field: str = "candidate") -> None:
     """Flags that choose the rewards, the input fields and the tokenization."""
     available = sorted(p.stem for p in (CONF_DIR / "reward").glob("*.yaml") if "_target_" in OmegaConf.load(p))
     g = parser.add_argument_group("scoring")
@@ -226,7 +222,7 @@ def add_scoring_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--tokenize", nargs="+", default=["treebank"], metavar="[LABEL=]MODE",
                    help="tokenizer for all rewards, then per-reward exceptions: 'treebank' (raw text, PTB "
                         "tokens) or 'whitespace' (pretokenized text); e.g. --tokenize treebank rouge_l=whitespace")
-    g.add_argument("--candidate-field", default="candidate")
+    g.add_argument("--candidate-field", default=candidate_field)
     g.add_argument("--reference-field", default="reference",
                    help="null values are allowed: reference-based rewards then score null")
     g.add_argument("--source-field", default=None, help="source articles, for rewards that read them")

@@ -1,4 +1,5 @@
-r"""Score a JSONL file of candidate summaries with any rewards.
+r"""Score a JSONL file of candidate summaries with any rewards: by default a run's summaries.jsonl (fields
+`summary` and `reference`).
 
     python scripts/score.py summaries.jsonl --rewards rouge_l sms --set rouge_l.beta=1.2 \
         --tokenize treebank rouge_l=whitespace -o scores.jsonl --keep id
@@ -26,7 +27,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                                "one field per reward")
     parser.add_argument("--keep", nargs="+", default=[], metavar="FIELD",
                         help="input fields copied into each output line (e.g. an id)")
-    add_scoring_arguments(parser)
+    add_scoring_arguments(parser, candidate_field="summary")  # a run's summaries.jsonl scores without flags
     args = parser.parse_args(argv)
     if args.output and Path(args.output).resolve() == Path(args.input).resolve():
         parser.error(f"--output {args.output} is the input file, which writing the scores would overwrite")

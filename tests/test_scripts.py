@@ -152,6 +152,15 @@ def test_score_end_to_end(tmp_path, capsys):
     assert "| rouge_l | 3 |" in printed and "×100" in printed and "×1000" in printed
 
 
+def test_score_reads_a_runs_summaries_without_flags(tmp_path):
+    # the fields trainer.module writes to summaries.jsonl: id, summary, reference, scores
+    path = write_jsonl(tmp_path / "summaries.jsonl", [
+        {"id": "a", "summary": REFERENCE, "reference": REFERENCE, "scores": {}},
+        {"id": "b", "summary": "the cat. it sat on a mat.", "reference": REFERENCE, "scores": {}}])
+    means = load_script("score").main([str(path), "--rewards", "rouge_l"])
+    assert means["rouge_l"] == pytest.approx((1.0 + 0.6) / 2, abs=1e-6)  # F1s worked out in test_score_end_to_end
+
+
 def test_correlate_end_to_end(tmp_path, capsys):
     # Candidate k shares its first k words with the reference and is judged k: every metric that
     # rewards overlap ranks the candidates as the judges do. Reference rows (judged contrary) are
@@ -181,7 +190,7 @@ def test_scripts_report_bad_rows_by_file_and_line(tmp_path):
     path.write_text('{"candidate": "a b", "reference": "a b", "overall": 1}\n{"candidate": "a", "overall": 0}\n',
                     encoding="utf-8")
     with pytest.raises(InputError, match=r"broken\.jsonl, line 2: no field 'reference'"):
-        load_script("score").main([str(path), "--rewards", "rouge_l"])
+        load_script("score").main([str(path), "--rewards", "rouge_l", "--candidate-field", "candidate"])
     with pytest.raises(InputError, match=r"broken\.jsonl, line 2: no field 'reference'"):
         load_script("correlate").main([str(path), "--human", "overall", "--rewards", "rouge_l"])
 
