@@ -171,3 +171,12 @@ def test_damaged_vocabulary_cache_is_rebuilt_not_used(tmp_path, caplog):
     again.setup()
     assert again.vocab == data.vocab and len(again.vocab) == 300
     assert "is damaged" in caplog.text and [p.name for p in (tmp_path / "cache" / "vocab").iterdir()] == [cached.name]
+
+
+def test_duplicate_ids_are_refused_at_load_naming_the_file_and_both_lines(tmp_path):
+    # 10 and "10" are one id once read (ids are strings): table4 pairs test summaries by id
+    path = write_jsonl(tmp_path / "dup.jsonl", [{"id": 10, "article": "a b .", "highlights": "a ."},
+                                                {"id": 11, "article": "c d .", "highlights": "c ."},
+                                                {"id": "10", "article": "e f .", "highlights": "e ."}])
+    with pytest.raises(DataError, match=r"dup\.jsonl:3: id '10' is also the id of .*dup\.jsonl:1$"):
+        tokenize_records(LocalFile(str(path)), pretokenized=True)

@@ -81,8 +81,11 @@ class Unlabelled:
 
 def tokenize_records(source: Source, pretokenized: bool, domain: str = "supervised") -> list[Example]:
     """Tokenize every record; empty articles or summaries are skipped and counted in the log."""
-    examples, skipped = [], 0
+    examples, skipped, seen = [], 0, {}
     for record in source.records():
+        if record.id in seen:  # ids pair test summaries across runs (table4's bootstrap): one id, one article
+            raise DataError(f"{record.where}: id {record.id!r} is also the id of {seen[record.id]}")
+        seen[record.id] = record.where
         article = [t for sentence in tokenize_sentences(record.article, pretokenized) for t in sentence]
         reference = None
         if record.summary is not None:
