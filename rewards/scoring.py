@@ -31,7 +31,9 @@ CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 # treebank: raw text, PTB-tokenized after sentence splitting (`tokenize_sentences(pretokenized=False)`).
 # whitespace: text that is already tokenized, split on whitespace (`pretokenized=True`).
-TOKENIZERS = ("treebank", "whitespace")
+# rouge_package: as the `rouge` package (pltrdy) reads text for Wu et al. (2020): case kept, split on '.' and
+# whitespace, one sentence.
+TOKENIZERS = ("treebank", "whitespace", "rouge_package")
 
 # Clark et al. (2019) print ROUGE x100 and mover's similarities x1000.
 _MOVER_NAMES = ("wms", "sms", "s_wms")
@@ -148,9 +150,11 @@ def display_scale(reward: Reward) -> int:
 
 
 def tokenize(text: str, tokenizer: str) -> list[list[str]]:
-    """Lower-cased sentences of tokens (see TOKENIZERS)."""
+    """Sentences of tokens, lower-cased but for `rouge_package` (see TOKENIZERS)."""
     if tokenizer not in TOKENIZERS:
         raise ValueError(f"unknown tokenizer {tokenizer!r}; choose from {TOKENIZERS}")
+    if tokenizer == "rouge_package":
+        return [[word for piece in text.split(".") for word in piece.split()]]
     return tokenize_sentences(text, pretokenized=tokenizer == "whitespace")
 
 
