@@ -1,7 +1,11 @@
-"""Runs that survive and never lie (issue 11): last.ckpt holds the latest state; a run killed with SIGKILL
-resumes in its own directory and continues exactly as if uninterrupted; SIGTERM checkpoints and exits
-non-zero; starting points are checked (vocabulary, stage, a missing MLE start, a reused folder)."""
+"""Runs that survive and never lie (issues 11, 21): last.ckpt holds the latest state; a run killed with SIGKILL
+resumes in its own directory and continues exactly as if uninterrupted, also after its folder was moved or copied;
+SIGTERM in any stage checkpoints what there is and exits 143; starting points and settings are checked before any
+work (vocabulary, stage, a missing MLE start, a reused folder), and refused runs leave others' records alone."""
 import csv
+import json
+import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -11,8 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer.checkpoints import AtomicCheckpointIO, CheckpointError, LatestCheckpoint
-from trainer.train import SettingsError, run
+from omegaconf import OmegaConf
+
+from trainer.checkpoints import AtomicCheckpointIO, BestCheckpoint, CheckpointError, LatestCheckpoint
+from trainer.module import SummarizationModule
+from trainer.train import RunFolders, SettingsError, check_settings, run
 
 from test_train import ROOT, TINY, compose_run, global_step
 
@@ -134,10 +141,80 @@ def test_resume_keeps_the_best_score_and_the_run_directory(tmp_path):
 
 
 def test_a_folder_that_holds_a_run_is_refused(tmp_path):
+    (tmp_path / "mle" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "mle" / "checkpoints" / "last.ckpt").write_bytes(b"")
+    with pytest.raises(SettingsError, match="already holds a run.*resume it with ckpt_path="):
+        run(compose_run(tmp_path, "mle", ["reward=mle"]))
+
+
+@pytest.mark.parametrize("requeued", [False, True])
+def test_a_folder_without_a_checkpoint_holds_no_run_and_is_reused(tmp_path, requeued):
+    # what a run stopped before its first checkpoint leaves (Ctrl-C in the start validation): its config only
     (tmp_path / "mle").mkdir()
     (tmp_path / "mle" / "config.yaml").write_text("seed: 1\n")
-    with pytest.raises(SettingsError, match="already holds a run"):
-        run(compose_run(tmp_path, "mle", ["reward=mle"]))
+    run(compose_run(tmp_path, "mle", ["reward=mle", "trainer.max_steps=1", "test=false",
+                                      f"resume_if_exists={requeued}"]))
+    assert global_step(tmp_path / "mle" / "checkpoints" / "last.ckpt") == 1
+    assert OmegaConf.load(tmp_path / "mle" / "config.yaml").seed == 0
+
+
+def test_a_run_that_fails_before_its_first_step_can_start_again_with_a_corrected_setting(tmp_path, monkeypatch):
+    def refuse(self):
+        raise ValueError("a setting the optimizer refuses")
+    with monkeypatch.context() as patch:
+        patch.setattr(SummarizationModule, "configure_optimizers", refuse)
+        with pytest.raises(ValueError, match="the optimizer refuses"):
+            run(compose_run(tmp_path, "mle", ["reward=mle", "trainer.max_steps=1", "test=false"]))
+    assert not (tmp_path / "mle" / "checkpoints" / "last.ckpt").exists()  # nothing was trained: nothing to resume
+    run(compose_run(tmp_path, "mle", ["reward=mle", "trainer.max_steps=1", "test=false", "stages.mle.lr=1e-3"]))
+    assert global_step(tmp_path / "mle" / "checkpoints" / "last.ckpt") == 1
+
+
+def test_settings_that_cannot_work_are_refused_before_any_work(tmp_path, monkeypatch):
+    def built(cfg):
+        raise AssertionError("the data and model were built before the settings were checked")
+    monkeypatch.setattr("trainer.train.build", built)
+    refused = {"stages.mle.lr=-1": r"optimizer.lr=-1 \(stages.mle.lr\): a learning rate cannot be negative",
+               "trainer.max_steps=0": "trainer.max_steps=0 trains nothing",
+               # MLE trains from stages.mle.init_from: an mle_checkpoint it would ignore is named, not dropped
+               f"mle_checkpoint={tmp_path / 'other' / 'checkpoints' / 'best.ckpt'}": "set stages.mle.init_from=.*other"}
+    for override, message in refused.items():
+        with pytest.raises(SettingsError, match=message):
+            run(compose_run(tmp_path, "mle", ["reward=mle", override]))
+    assert not (tmp_path / "mle").exists()
+
+
+def test_mle_continues_from_mle_checkpoint_when_asked_and_a_grid_names_its_own(tmp_path):
+    other = tmp_path / "other" / "checkpoints" / "best.ckpt"
+    check_settings(compose_run(tmp_path, "mle", ["reward=mle", f"mle_checkpoint={other}",
+                                                 f"stages.mle.init_from={other}"]))
+    # a grid's mle_checkpoint is its MLE point's own best checkpoint: the run that writes it
+    check_settings(compose_run(tmp_path, "mle", ["reward=mle", f"mle_checkpoint={tmp_path}/mle/checkpoints/best.ckpt"]))
+
+
+def test_a_checkpoint_that_cannot_be_written_is_named(tmp_path, monkeypatch):
+    def unwritable(obj, f, *args, **kwargs):  # what torch says for a read-only folder (root, here, can write anywhere)
+        raise RuntimeError(f"File {f} cannot be opened.")
+    monkeypatch.setattr(torch, "save", unwritable)
+    path = tmp_path / "checkpoints" / "last.ckpt"
+    with pytest.raises(CheckpointError, match=f"cannot write checkpoint {path}: .*is {path.parent} writable"):
+        AtomicCheckpointIO().save_checkpoint({"step": 1}, path)
+
+
+def test_a_run_folder_that_cannot_be_written_is_refused_before_hydra_writes(tmp_path, monkeypatch):
+    def read_only(*args, **kwargs):  # a read-only folder (root, here, can write anywhere)
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr("tempfile.TemporaryFile", read_only)
+    config = OmegaConf.create({"hydra": {"run": {"dir": str(tmp_path / "run")}}})
+    with pytest.raises(SystemExit, match=f"hydra.run.dir: cannot write to {tmp_path / 'run'} \\(Permission denied"):
+        RunFolders().on_run_start(config)
+
+
+def test_a_text_file_as_a_checkpoint_is_named(tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("best run: runs/demo/x\n")
+    with pytest.raises(CheckpointError, match=f"^checkpoint {notes} is not a checkpoint file"):
+        run(compose_run(tmp_path, "sms", ["reward=rouge_l", f"mle_checkpoint={notes}"]))
 
 
 def test_mixed_run_without_an_mle_start_is_refused(tmp_path):
@@ -243,3 +320,119 @@ def test_first_difference_names_the_changed_setting_and_ignores_settings_added_s
     saved = {"optimizer": {"lr": 1e-5}, "data": {"name": "demo"}}
     assert first_difference(saved, {"optimizer": {"lr": 1e-3}, "data": {"name": "demo"}}) == ("optimizer.lr", 1e-5, 1e-3)
     assert first_difference(saved, {"optimizer": {"lr": 1e-5}, "data": {"name": "demo", "shuffle_seed": 0}}) is None
+
+
+# ---------------------------------------------------------------- issue 21: moved folders, signals, records
+
+def test_best_checkpoint_state_follows_a_moved_folder(tmp_path):
+    old, new = tmp_path / "old" / "checkpoints", tmp_path / "new" / "checkpoints"
+    callback = BestCheckpoint(dirpath=str(new), filename="best", monitor="val/reward", mode="max")
+    score = torch.tensor(0.75)
+    callback.load_state_dict({"dirpath": str(old), "best_model_path": str(old / "best.ckpt"), "best_model_score": score,
+                              "best_k_models": {str(old / "best.ckpt"): score}, "kth_best_model_path":
+                              str(old / "best.ckpt"), "kth_value": score, "last_model_path": ""})
+    assert callback.best_model_path == callback.kth_best_model_path == str(new / "best.ckpt")
+    assert callback.best_model_score == 0.75 and callback.best_k_models == {str(new / "best.ckpt"): 0.75}
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+def test_a_moved_or_copied_run_resumes_in_its_own_folder_as_if_uninterrupted(mle_best, tmp_path):
+    mixed = ["reward=rouge_l", f"mle_checkpoint={mle_best}", "trainer.val_check_interval=5", "checkpoint_every=3",
+             "threads=1", "stages.mixed.lr=1e-3"]
+    whole = run(compose_run(tmp_path, "whole", [*mixed, "trainer.max_steps=20"]))
+    best_step = global_step(tmp_path / "whole" / "checkpoints" / "best.ckpt")
+    assert best_step < 10, "the best must come before the stop, or a lost best score would go unseen"
+    run(compose_run(tmp_path, "stopped", [*mixed, "trainer.max_steps=10", "test=false"]))  # stopped at step 10
+
+    shutil.copytree(tmp_path / "stopped", tmp_path / "copied")
+    original = files(tmp_path / "stopped")
+    for folder in ("copied", "moved"):
+        resumed = run(compose_run(tmp_path, folder, [*mixed, "trainer.max_steps=20",
+                                                     f"ckpt_path={tmp_path / folder / 'checkpoints' / 'last.ckpt'}"]))
+        assert resumed == whole == json.loads((tmp_path / folder / "results.json").read_text()), folder
+        assert global_step(tmp_path / folder / "checkpoints" / "best.ckpt") == best_step
+        summary = (tmp_path / folder / "val_summary.txt").read_text()
+        assert summary == (tmp_path / "whole" / "val_summary.txt").read_text()
+        if folder == "copied":  # the copy left the original alone; now move the original
+            assert files(tmp_path / "stopped") == original
+            (tmp_path / "stopped").rename(tmp_path / "moved")
+
+
+SIGTERM_AT = "+callbacks.sigterm._target_=sigterm_probe.SigtermAt"
+SMALL_BATCHES = ["data.eval_batch_size=4", "threads=1"]  # 3 test and 4 validation batches: Lightning raises between
+
+
+@pytest.mark.slow
+def test_sigterm_in_the_start_validation_exits_143_and_the_folder_starts_again(mle_best, tmp_path, capsys):
+    mixed = ["reward=rouge_l", f"mle_checkpoint={mle_best}", "trainer.max_steps=2", "trainer.val_check_interval=2",
+             "test=false", *SMALL_BATCHES]
+    with pytest.raises(SystemExit) as stopped:
+        run(compose_run(tmp_path, "run", [*mixed, SIGTERM_AT, "+callbacks.sigterm.fn=validate"]))
+    assert stopped.value.code == 143
+    assert "during the start validation (step 0); nothing was saved yet: run it again" in capsys.readouterr().err
+    run(compose_run(tmp_path, "run", mixed))  # the same command
+    assert global_step(tmp_path / "run" / "checkpoints" / "last.ckpt") == 2
+
+
+@pytest.mark.slow
+def test_sigterm_in_the_test_exits_143_and_the_resumed_run_tests_as_if_uninterrupted(tmp_path, capsys):
+    mle = ["reward=mle", "trainer.max_steps=4", "trainer.val_check_interval=2", *SMALL_BATCHES]
+    whole = run(compose_run(tmp_path, "whole", mle))
+    with pytest.raises(SystemExit) as stopped:
+        run(compose_run(tmp_path, "run", [*mle, SIGTERM_AT, "+callbacks.sigterm.fn=test"]))
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    assert stopped.value.code == 143 and not (tmp_path / "run" / "results.json").exists()
+    assert f"during the test (step 4); resume with ckpt_path={last}" in capsys.readouterr().err
+    assert run(compose_run(tmp_path, "run", [*mle, f"ckpt_path={last}"])) == whole
+
+
+def tiny_cli(*overrides: str, sweep: bool = False) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "trainer.train", *(["-m"] if sweep else []), *TINY, "threads=1",
+                           "trainer.max_steps=2", "trainer.val_check_interval=2", *overrides], cwd=ROOT,
+                          capture_output=True, text=True, timeout=TIMEOUT, env=env)
+
+
+@pytest.mark.slow
+def test_sigterm_in_a_sweeps_mle_test_stops_the_sweep_with_143_and_the_sweep_continues(tmp_path):
+    sweep = tmp_path / "sweep"
+    point = [f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=${run_name}", "reward=mle,rouge_l",
+             f"mle_checkpoint={sweep}/mle/checkpoints/best.ckpt", f"cache_dir={tmp_path / 'cache'}", *SMALL_BATCHES]
+    stopped = tiny_cli(*point, SIGTERM_AT, "+callbacks.sigterm.fn=test", sweep=True)
+    assert stopped.returncode == 143, stopped.stderr[-3000:]
+    assert f"continue the sweep with the same command and hydra.sweep.dir={sweep} resume_if_exists=true" in \
+        stopped.stderr
+    assert not (sweep / "mle" / "results.json").exists() and not (sweep / "rouge_l").exists()
+    continued = tiny_cli(*point, "resume_if_exists=true", sweep=True)
+    assert continued.returncode == 0, continued.stderr[-3000:]
+    assert all(json.loads((sweep / name / "results.json").read_text())["n"] == 12 for name in ("mle", "rouge_l"))
+
+
+@pytest.mark.slow
+def test_a_refused_run_leaves_the_records_of_the_run_it_was_refused_for(tmp_path):
+    folder, cache = tmp_path / "run", f"cache_dir={tmp_path / 'cache'}"
+    assert tiny_cli(f"hydra.run.dir={folder}", "reward=mle", "test=false", cache).returncode == 0
+    before = files(folder)
+    refused = tiny_cli(f"hydra.run.dir={folder}", "reward=mle", "test=false", "seed=1", cache)
+    assert refused.returncode != 0 and "already holds a run" in refused.stderr
+    after = files(folder)
+    assert {k: v for k, v in after.items() if k in before} == before  # .hydra/…/config.yaml still says seed 0
+    attempts = {Path(k).parent for k in after if k not in before}  # the refused start's own records
+    assert len(attempts) == 1 and attempts.pop().parent == Path(".hydra")
+
+
+@pytest.mark.slow
+def test_a_second_sweep_into_a_folder_with_runs_is_refused_before_hydra_writes(tmp_path):
+    sweep = [f"hydra.sweep.dir={tmp_path / 'sweep'}", "hydra.sweep.subdir=${run_name}", "test=false",
+             f"cache_dir={tmp_path / 'cache'}"]
+    assert tiny_cli(*sweep, "reward=mle", sweep=True).returncode == 0
+    before = files(tmp_path / "sweep")
+    refused = tiny_cli(*sweep, "reward=mle,rouge_l", sweep=True)
+    assert refused.returncode == 1 and refused.stderr.splitlines()[-1] == (
+        f"SettingsError: hydra.sweep.dir {tmp_path / 'sweep'} already holds runs (mle): give the sweep a new folder, "
+        "or continue them (and add points) with resume_if_exists=true")
+    assert files(tmp_path / "sweep") == before  # multirun.yaml too

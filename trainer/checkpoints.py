@@ -3,6 +3,7 @@
 - `LatestCheckpoint` writes `last.ckpt` every N optimizer steps, after every validation, at the end of fit, on
   an interrupt (SIGTERM, SIGINT) and on request (SIGUSR1), with the RNG states, so that a resume continues the
   same run exactly.
+- `BestCheckpoint` keeps `best.ckpt` and its score, found in the run's own folder when the run was moved or copied.
 - `AtomicCheckpointIO` writes every checkpoint beside its target and renames it: a kill mid-write leaves
   the previous file whole.
 - `checkpoint_info` / `load_model_weights` / `check_resume` refuse a checkpoint built on another vocabulary or
@@ -22,7 +23,7 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
-from pytorch_lightning.callbacks import Checkpoint
+from pytorch_lightning.callbacks import Checkpoint, ModelCheckpoint
 from pytorch_lightning.plugins.environments import SLURMEnvironment
 
 from trainer.vocab import Vocabulary
@@ -37,10 +38,36 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None) -> None:
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f".{path.name}.partial")
-        torch.save(checkpoint, partial)
-        os.replace(partial, path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            torch.save(checkpoint, partial)
+            os.replace(partial, path)
+        except (OSError, RuntimeError) as error:  # torch reports an unwritable file as a RuntimeError, without a path
+            raise CheckpointError(f"cannot write checkpoint {path}: {str(error).splitlines()[0]} (is "
+                                  f"{path.parent} writable?)") from None
+
+
+class BestCheckpoint(ModelCheckpoint):
+    """Lightning's ModelCheckpoint, whose state follows its run folder: a resumed run whose folder was moved or copied
+    finds its best checkpoint and score in its own folder. (Lightning drops the score then and keeps the old absolute
+    path: the next validation, however bad, became "best", or a copy tested the original's best.ckpt.)"""
+
+    @property
+    def state_key(self) -> str:
+        # Lightning files the state under the class name: keep ModelCheckpoint's, so older checkpoints still resume.
+        return super().state_key.replace(type(self).__qualname__, ModelCheckpoint.__qualname__, 1)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        old = state_dict.get("dirpath")
+        if old and self.dirpath and old != self.dirpath:
+            def here(path: str) -> str:
+                return os.path.join(self.dirpath, os.path.relpath(path, old)) if path.startswith(old + os.sep) else path
+            state_dict = {**state_dict, "dirpath": self.dirpath,
+                          **{key: here(state_dict[key]) for key in ("best_model_path", "kth_best_model_path",
+                                                                   "last_model_path") if state_dict.get(key)},
+                          "best_k_models": {here(k): v for k, v in state_dict.get("best_k_models", {}).items()}}
+        super().load_state_dict(state_dict)
 
 
 def rng_states() -> dict[str, Any]:
@@ -109,7 +136,8 @@ class LatestCheckpoint(Checkpoint):
         self.save(trainer)
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        if trainer.state.fn == "fit":
+        # Before the first step there is nothing to resume: no checkpoint leaves the folder free to start again.
+        if trainer.state.fn == "fit" and trainer.global_step > 0:
             self.save(trainer)
 
     def state_dict(self) -> dict[str, Any]:
@@ -131,10 +159,14 @@ def checkpoint_info(path: str | Path) -> dict[str, Any]:
     path = Path(path).expanduser()
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} not found")
+    with path.open("rb") as f:  # torch's own error for a text file is advice on how to re-save it
+        if f.read(4) != b"PK\x03\x04":
+            raise CheckpointError(f"checkpoint {path} is not a checkpoint file (torch.save writes a zip archive)")
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
     except Exception as error:  # a truncated or foreign file: say which one
-        raise CheckpointError(f"checkpoint {path} cannot be read ({type(error).__name__}: {error})") from None
+        raise CheckpointError(f"checkpoint {path} cannot be read ({type(error).__name__}: "
+                              f"{str(error).splitlines()[0]})") from None
     if "sumrl" not in checkpoint:
         raise CheckpointError(f"checkpoint {path} was not written by sumrl (no 'sumrl' entry)")
     return {**checkpoint["sumrl"], "state_dict": checkpoint["state_dict"]}

@@ -4,15 +4,21 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import signal
 import sys
+import tempfile
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import hydra
 import pytorch_lightning as pl
 import torch
+from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.utilities import rank_zero_only
@@ -29,6 +35,9 @@ log = logging.getLogger(__name__)
 # A resumed run continues in its own directory: hydra.run.dir follows ckpt_path (conf/train.yaml).
 OmegaConf.register_new_resolver("run_dir_of", lambda ckpt, default: str(run_dir_of(ckpt)) if ckpt else default,
                                 replace=True)
+# Each start keeps Hydra's records in .hydra/<attempt>/ (conf/train.yaml): a refused start overwrites no other's.
+ATTEMPT = f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{os.getpid()}"
+OmegaConf.register_new_resolver("attempt", lambda: ATTEMPT, replace=True)
 RESUME_KEYS = ("seed", "stage", "data", "model", "optimizer", "module")  # a resume must not change these
 
 
@@ -38,7 +47,7 @@ class SettingsError(ValueError):
 
 def run_dir_of(ckpt_path: str) -> Path:
     """`<run>/checkpoints/<name>.ckpt` → `<run>`."""
-    return Path(ckpt_path).expanduser().resolve().parents[1]
+    return Path(ckpt_path).expanduser().resolve().parent.parent
 
 
 def first_difference(saved: Any, current: Any, key: str = "") -> tuple[str, Any, Any] | None:
@@ -53,11 +62,34 @@ def first_difference(saved: Any, current: Any, key: str = "") -> tuple[str, Any,
     return None if saved == current else (key, saved, current)
 
 
+def check_settings(cfg: DictConfig) -> None:
+    """Settings that cannot work, refused before any work starts (data, model, run folder)."""
+    lr = cfg.optimizer.get("lr")
+    if lr is not None and lr < 0:
+        raise SettingsError(f"optimizer.lr={lr} (stages.{cfg.stage}.lr): a learning rate cannot be negative")
+    for key in ("max_steps", "max_epochs"):
+        if cfg.train and cfg.trainer.get(key) == 0:
+            raise SettingsError(f"trainer.{key}=0 trains nothing: give it a positive value (or -1), or test a "
+                                "checkpoint with train=false init_from=<checkpoint>")
+    # A grid's MLE point names its own best checkpoint as the sweep's mle_checkpoint: that one is its output.
+    mle = cfg.mle_checkpoint
+    if mle and not cfg.ckpt_path and cfg.init_from != mle and run_dir_of(mle) != Path(cfg.output_dir).resolve():
+        raise SettingsError(f"mle_checkpoint={mle} is not used: this {cfg.stage} run starts from init_from="
+                            f"{cfg.init_from} (stages.{cfg.stage}.init_from); set stages.{cfg.stage}.init_from={mle} "
+                            "to start from it, or leave mle_checkpoint unset")
+
+
+def holds_a_run(folder: Path) -> bool:
+    """A folder holds a run once it has a checkpoint to resume or test results; one stopped before either is reused."""
+    return (folder / "checkpoints" / "last.ckpt").exists() or (folder / "results.json").exists()
+
+
 def check_run_dir(cfg: DictConfig) -> None:
     """A new run gets a fresh directory (a second sweep into the same folder would start from the first sweep's
     MLE model); a resume continues its own directory, with the settings it was started with."""
     out = Path(cfg.output_dir).expanduser().resolve()
     saved = out / "config.yaml"
+    last = out / "checkpoints" / "last.ckpt"
     if cfg.ckpt_path:
         if run_dir_of(cfg.ckpt_path) != out:
             raise SettingsError(f"ckpt_path {cfg.ckpt_path} resumes the run in {run_dir_of(cfg.ckpt_path)}, but "
@@ -69,10 +101,48 @@ def check_run_dir(cfg: DictConfig) -> None:
             if found:
                 raise SettingsError(f"ckpt_path: the run was started with {found[0]}={found[1]}, this resume has "
                                     f"{found[2]}: resume with the run's own settings ({saved})")
-    elif cfg.train and rank_zero_only.rank == 0 and saved.exists() and not any(out.glob("hpc_ckpt_*.ckpt")):
+    elif cfg.train and rank_zero_only.rank == 0 and holds_a_run(out) and not any(out.glob("hpc_ckpt_*.ckpt")):
         # (other DDP ranks start in rank 0's directory; hpc_ckpt: Lightning's own SLURM requeue)
+        resume = f", or resume it with ckpt_path={last}" if last.exists() else ""
         raise SettingsError(f"output_dir {out} already holds a run: give the run (hydra.run.dir) or the sweep "
-                            f"(hydra.sweep.dir) a new folder, or resume it with ckpt_path={out}/checkpoints/last.ckpt")
+                            f"(hydra.sweep.dir) a new folder{resume}")
+
+
+def check_writable(folder: Path, setting: str) -> None:
+    """Refuse a run folder that cannot be written, by writing to it: permission bits do not bind root."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as error:
+        raise SettingsError(f"{setting}: cannot write to {folder} ({error.strerror})") from None
+
+
+def check_sweep_dir(config: DictConfig) -> None:
+    """A second sweep into a folder that holds runs would rewrite its multirun.yaml, then be refused point by point:
+    refuse it first, unless it continues those runs."""
+    folder = Path(config.hydra.sweep.dir)
+    check_writable(folder, "hydra.sweep.dir")
+    held = sorted(str(p.parent.parent.relative_to(folder)) for p in folder.glob("**/checkpoints/last.ckpt"))
+    if held and not config.resume_if_exists:
+        raise SettingsError(f"hydra.sweep.dir {folder} already holds runs ({', '.join(held)}): give the sweep a new "
+                            "folder, or continue them (and add points) with resume_if_exists=true")
+
+
+class RunFolders(Callback):
+    """Hydra callback (conf/train.yaml): checks run and sweep folders before Hydra writes its records there. Hydra
+    turns a callback's exceptions into warnings, so a refusal exits (status 1) with its one-line message."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            check_writable(Path(config.hydra.run.dir), "hydra.run.dir")
+        except SettingsError as error:
+            raise SystemExit(f"SettingsError: {error}") from None
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            check_sweep_dir(config)
+        except SettingsError as error:
+            raise SystemExit(f"SettingsError: {error}") from None
 
 
 def build(cfg: DictConfig) -> tuple[SummarizationData, pl.LightningModule]:
@@ -114,6 +184,30 @@ def check_unlabelled(data: SummarizationData, module: SummarizationModule) -> No
                             "reward with a reference-free term (reward=qa_learned, say) or data without `unlabelled`")
 
 
+def how_to_continue(cfg: DictConfig) -> str:
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        return (f"continue the sweep with the same command and hydra.sweep.dir={HydraConfig.get().sweep.dir} "
+                "resume_if_exists=true")
+    last = Path(cfg.output_dir) / "checkpoints" / "last.ckpt"
+    if last.exists():
+        return f"resume with ckpt_path={last}"
+    return f"nothing was saved yet: run it again (hydra.run.dir={cfg.output_dir} holds no checkpoint and is reused)"
+
+
+def call_or_stop(trainer: pl.Trainer, method: str, cfg: DictConfig, **kwargs: Any) -> Any:
+    """`trainer.<method>(**kwargs)`; a SIGTERM during it stops the run with status 143 (so `&& next` and the sweep's
+    next points stop too), saying how to continue. Lightning only notes the signal, and raises at some steps."""
+    try:
+        result = getattr(trainer, method)(**kwargs)
+        if not trainer.received_sigterm:
+            return result
+    except SIGTERMException:  # during fit, LatestCheckpoint has saved the latest state
+        pass
+    stage = {"validate": "the start validation", "fit": "training", "test": "the test"}[method]
+    print(f"stopped by SIGTERM during {stage} (step {trainer.global_step}); {how_to_continue(cfg)}", file=sys.stderr)
+    raise SystemExit(128 + signal.SIGTERM)
+
+
 def provenance(cfg: DictConfig) -> dict[str, Any]:
     """The run's id (from the folder it started in, so DDP ranks agree) and the ids of the runs its weights descend
     from, oldest first: kept in config.yaml and every checkpoint, so that table4 compares a run with the MLE run it
@@ -132,6 +226,7 @@ def provenance(cfg: DictConfig) -> dict[str, Any]:
 
 def run(cfg: DictConfig) -> dict:
     """Train, then test the best checkpoint; returns (and writes) the test results."""
+    check_settings(cfg)
     pl.seed_everything(cfg.seed, workers=True)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -152,13 +247,10 @@ def run(cfg: DictConfig) -> dict:
         (Path(cfg.output_dir) / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     if cfg.train:
         if cfg.validate_at_start and cfg.stage == "mixed" and not cfg.ckpt_path:
-            trainer.validate(module, datamodule=data, verbose=False)  # the curve's first point: where RL starts
+            # the curve's first point: where RL starts
+            call_or_stop(trainer, "validate", cfg, model=module, datamodule=data, verbose=False)
             keep_start_as_best(trainer)
-        try:
-            trainer.fit(module, datamodule=data, ckpt_path=cfg.ckpt_path)
-        except SIGTERMException:  # the latest state is saved (LatestCheckpoint): stop, and say so to the scheduler
-            print(f"stopped by SIGTERM at step {trainer.global_step}; resume with ckpt_path={last}", file=sys.stderr)
-            raise SystemExit(128 + signal.SIGTERM) from None
+        call_or_stop(trainer, "fit", cfg, model=module, datamodule=data, ckpt_path=cfg.ckpt_path)
     if not cfg.test:
         return {}
     best = getattr(trainer.checkpoint_callback, "best_model_path", "") if cfg.train else ""
@@ -168,7 +260,7 @@ def run(cfg: DictConfig) -> dict:
         torch.distributed.destroy_process_group()  # done with the other ranks
         trainer = instantiate(cfg.trainer, devices=1, num_nodes=1, strategy="auto", logger=loggers or False,
                               callbacks=callbacks)
-    trainer.test(module, datamodule=data, ckpt_path=best or cfg.ckpt_path or None)
+    call_or_stop(trainer, "test", cfg, model=module, datamodule=data, ckpt_path=best or cfg.ckpt_path or None)
     results = json.loads((Path(cfg.output_dir) / "results.json").read_text())
     print(results_table({cfg.run_name: results}))
     return results

@@ -1,0 +1,21 @@
+"""A callback that sends its own process SIGTERM before a chosen batch of a chosen trainer call: a scheduler's stop at
+a known moment (test_resume.py), in or outside fit."""
+import os
+import signal
+
+import pytorch_lightning as pl
+
+
+class SigtermAt(pl.Callback):
+    def __init__(self, fn: str, batch: int = 0):
+        self.fn, self.batch = fn, batch  # fn: "validate", "fit" or "test" (Lightning's trainer.state.fn)
+
+    def _maybe(self, trainer: pl.Trainer, batch_idx: int) -> None:
+        if trainer.state.fn == self.fn and batch_idx == self.batch:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        self._maybe(trainer, batch_idx)
+
+    def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        self._maybe(trainer, batch_idx)
