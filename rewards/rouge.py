@@ -87,3 +87,28 @@ class RougeN:
             f1 = 2 * precision * recall / (precision + recall) if match else 0.0
             values.append({"recall": recall, "precision": precision, "f1": f1}[self.measure])
         return torch.tensor(values, dtype=torch.float32, device=inputs.device)
+
+
+MULTI_REFERENCE = ("max", "all", "prob")
+
+
+def multi_reference_recall(hyp: Sequence, refs: Sequence[Sequence], n: int = 1, method: str = "prob") -> float:
+    """ROUGE-N recall against several references, as Toutanova et al. (2016, §4.1) aggregate them: MULT-MAX, the best
+    single-reference recall; MULT-ALL, the union of the references' units; MULT-PROB, each unit weighted by the
+    fraction of references that contain it. The i-th occurrence of an n-gram is its own unit (their footnote 8), so
+    a unit's weight is the fraction of references with at least i of it, and recall = Φ(refs)·Φ(o) / |Φ(refs)|₁."""
+    if method not in MULTI_REFERENCE:
+        raise ValueError(f"method must be one of {MULTI_REFERENCE}, got {method!r}")
+    if not refs:
+        raise ValueError("multi_reference_recall needs at least one reference")
+    counts = [ngram_counts(list(r), n, distinct=False) for r in refs]
+    out = ngram_counts(list(hyp), n, distinct=False)
+    if method == "max":
+        return max(sum((out & c).values()) / max(sum(c.values()), 1) for c in counts)
+    weight = {}  # (n-gram, i) -> weight of its i-th occurrence
+    for gram in set().union(*counts):
+        for i in range(1, max(c[gram] for c in counts) + 1):
+            have = [c[gram] >= i for c in counts]
+            weight[gram, i] = float(any(have)) if method == "all" else sum(have) / len(counts)
+    match = sum(w for (gram, i), w in weight.items() if out[gram] >= i)
+    return match / max(sum(weight.values()), 1e-12)

@@ -14,8 +14,9 @@ from scipy import stats
 
 from rewards.base import RewardInput
 from rewards.correlation import dominance, input_level_pairs, system_level, williams_test
-from rewards.rouge import RougeN
-from rewards.scoring import tokenize
+from rewards.msr_compression import RATING_CODES, judged_rows, read_msr
+from rewards.rouge import RougeN, multi_reference_recall
+from rewards.scoring import InputError, tokenize
 from trainer.vocab import Vocabulary
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
@@ -139,3 +140,76 @@ def test_wu_rouge_1_recall_regression():
         "--systems", "seq2seq", "pointer", "ml", "ml+rl", "--rewards", "rouge_1_recall", "--tokenize", "rouge_package"])
     for dim, paper in (("overall", 0.1953), ("grammar", 0.0975), ("redundancy", 0.2174)):
         assert results[dim]["rouge_1_recall"]["spearman"] == pytest.approx(paper, abs=0.005)
+
+
+# ---------------------------------------------------------------- multi-reference ROUGE-N recall
+def test_multi_reference_recall_toutanova_example():
+    # §4.1: R1 "imagine your household", R2 "your household"; bigram vectors R1 {imagine your, your household},
+    # R2 {your household}; MULT-ALL = R1's; MULT-PROB {imagine your: .5, your household: 1}
+    refs = ["imagine your household".split(), "your household".split()]
+    out = "your household".split()
+    assert multi_reference_recall(out, refs, 2, "max") == pytest.approx(1.0)  # R2 alone: 1/1
+    assert multi_reference_recall(out, refs, 2, "all") == pytest.approx(1 / 2)
+    assert multi_reference_recall(out, refs, 2, "prob") == pytest.approx(1 / 1.5)
+    assert multi_reference_recall("imagine your".split(), refs, 2, "prob") == pytest.approx(0.5 / 1.5)
+
+
+def test_multi_reference_recall_counts_repeated_units_separately():
+    # footnote 8: the i-th "the" of the output matches the i-th "the" of a reference. Unigram units:
+    # the#1 (both refs: 1), the#2 (one ref: .5), cat#1 (.5), dog#1 (.5); |Φ|₁ = 2.5
+    refs = ["the the cat".split(), "the dog".split()]
+    assert multi_reference_recall("the the".split(), refs, 1, "prob") == pytest.approx(1.5 / 2.5)
+    assert multi_reference_recall("the".split(), refs, 1, "prob") == pytest.approx(1 / 2.5)
+    assert multi_reference_recall("the the".split(), refs, 1, "max") == pytest.approx(2 / 3)  # vs R1: 2 of 3
+
+
+# ---------------------------------------------------------------- the MSR compression reader
+def test_rating_codes_table():
+    # the release's table: code -> (meaning, grammar); all nine pairs of {1, 2, 3}², each once
+    assert RATING_CODES == {6: (3, 3), 7: (3, 2), 9: (3, 1), 11: (2, 3), 12: (2, 2), 14: (2, 1),
+                            21: (1, 3), 22: (1, 2), 24: (1, 1)}
+    assert sorted(RATING_CODES.values()) == [(m, g) for m in (1, 2, 3) for g in (1, 2, 3)]
+
+
+MSR_LINES = [
+    "S1\tNews\tThe quick brown fox jumped over the lazy dog yesterday. ||| A fox jumped over a dog.\tJ7\t3\t6\t12\t21"
+    " ||| The fox jumped.\tJ9\t0",
+    "S2\tLetters\tDear sir, we regret to inform you. ||| We regret.\tJ1\t2\t7\t24",
+]
+
+
+def write_msr(path: Path, lines: list[str]) -> Path:
+    path.write_bytes(("\ufeff" + "\n".join(lines) + "\n").encode("utf-8"))  # UTF-8 with a BOM, as released
+    return path
+
+
+def test_read_msr_synthetic_fixture(tmp_path):
+    sources = read_msr(write_msr(tmp_path / "test.tsv", MSR_LINES))
+    assert [s.id for s in sources] == ["S1", "S2"]  # the BOM is not part of the first id
+    first = sources[0].compressions[0]
+    assert sources[0].domain == "News" and first.text == "A fox jumped over a dog." and first.judge == "J7"
+    # codes 6, 12, 21: meaning (3, 2, 1), grammar (3, 2, 3)
+    assert first.ratings == ((3, 3), (2, 2), (1, 3))
+    assert first.meaning == pytest.approx(2.0) and first.grammar == pytest.approx(8 / 3)
+    assert first.combined == pytest.approx(0.5 * 2.0 + 0.5 * 8 / 3)
+    assert sources[0].compressions[1].ratings == () and sources[0].compressions[1].meaning is None
+    assert sources[1].compressions[0].ratings == ((3, 2), (1, 1))
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("S3\tNews\tA source. ||| A.\tJ1\t2\t6", "line 3: field numRatings says 2 ratings, found 1"),
+    ("S3\tNews\tA source. ||| A.\tJ1\t1\t8", "line 3: field Rating '8' is not a rating code"),
+    ("S3\tNews\tA source.", "line 3: no '|||' compression"),
+])
+def test_read_msr_names_file_and_line_of_a_malformed_line(tmp_path, bad, message):
+    path = write_msr(tmp_path / "test.tsv", MSR_LINES + [bad])
+    with pytest.raises(InputError, match=f"{path}, {message}"):
+        read_msr(path)
+
+
+def test_judged_rows_pair_system_outputs_with_crowd_references(tmp_path):
+    references = read_msr(write_msr(tmp_path / "test.tsv", MSR_LINES))
+    system = read_msr(write_msr(tmp_path / "test_output.t3.tsv", ["S1\tNews\tThe quick ... ||| Fox.\tt3\t1\t9"]))
+    (row,) = judged_rows(references, {"t3": system})
+    assert row["references"] == ["A fox jumped over a dog.", "The fox jumped."]
+    assert (row["input"], row["system"], row["meaning"], row["grammar"], row["combined"]) == ("S1", "t3", 3, 1, 2)
