@@ -24,7 +24,7 @@ class Decoded:
     log_probs: Tensor  # [B, T] log-prob of each chosen token, 0 after the first </s>
     lengths: Tensor    # [B] tokens up to and including the first </s>; T if there is none
 
-    def rows(self, index: slice) -> "Decoded":
+    def rows(self, index: slice | list[int]) -> "Decoded":
         """A subset of rows, trimmed to its own longest sequence."""
         lengths = self.lengths[index]
         T = int(lengths.max()) if lengths.numel() else 0

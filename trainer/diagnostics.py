@@ -41,3 +41,10 @@ def novel_ngram_rate(ids: Tensor, lengths: Tensor, source: Tensor, source_length
     ours = (keys + row * offset)[valid]
     theirs = (src_keys + row * offset)[src_valid]
     return (~torch.isin(ours, theirs)).sum() / valid.sum().clamp(min=1)
+
+
+def distinct_ngram_ratio(ids: Tensor, lengths: Tensor, base: int, n: int = 3) -> Tensor:
+    """Distinct n-grams over all n-grams of a batch, across its rows: low when the samples say the same things."""
+    keys, valid = ngram_keys(ids, lengths, n, base)
+    keys = keys[valid]
+    return torch.tensor(keys.unique().numel() / max(keys.numel(), 1), device=ids.device)

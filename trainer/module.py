@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -17,8 +18,9 @@ from rewards.rouge import RougeL
 from trainer.baselines import Baseline, GreedyBaseline
 from trainer.batch import Batch
 from trainer.checkpoints import checkpoint_description
-from trainer.diagnostics import novel_ngram_rate, repeated_ngram_counts, repeated_ngram_rate
+from trainer.diagnostics import distinct_ngram_ratio, novel_ngram_rate, repeated_ngram_counts, repeated_ngram_rate
 from trainer.evaluate import ROUGE_KEYS, as_text, evaluate
+from trainer.samples import ValidationSamples
 from trainer.schedules import Constant
 from trainer.vocab import Vocabulary, split_at_sentence_ends
 
@@ -42,6 +44,37 @@ def self_critical_loss(sample_log_probs: Tensor, sample_lengths: Tensor, sample_
     return -(sample_reward - baseline_reward).detach() * sequence
 
 
+def nan_std(values: Tensor) -> Tensor | float:
+    """The standard deviation of the values that are not NaN (0 for fewer than two)."""
+    values = values[~values.isnan()]
+    return values.std() if values.numel() > 1 else 0.0
+
+
+def finite_or_none(value: float) -> float | None:
+    """A score for JSON: NaN (the reward does not apply) as None."""
+    return None if value != value else value
+
+
+@dataclass
+class Rollouts:
+    """A batch's training decodes: k samples per article (rows i·k … i·k + k − 1), then a greedy row each if the
+    baseline needs it, with their rewards (0 where the reward does not apply) and each sample's baseline."""
+
+    decoded: Decoded
+    rows: list[int]              # the article behind each decoded row
+    batch: Batch                 # the batch's examples in decoded-row order
+    rewards: Tensor              # [B·k (+ B)]
+    terms: dict[str, Tensor]     # each term of a weighted-sum reward, per decoded row
+    not_applicable: Tensor       # [B·k (+ B)]
+    sample_rewards: Tensor       # [B, k]
+    baseline: Tensor             # [B, k]
+    reward_seconds: float
+
+    @property
+    def advantage(self) -> Tensor:
+        return self.sample_rewards - self.baseline
+
+
 class SummarizationModule(pl.LightningModule):
     """MLE training when `reward` is None; otherwise γ·L_RL + (1−γ)·L_MLE with self-critical RL.
 
@@ -57,7 +90,7 @@ class SummarizationModule(pl.LightningModule):
                  val_max_len: int = 100,
                  beam: dict[str, Any] | None = None, metrics: dict[str, Reward] | None = None,
                  select_by: str = "reward", max_nonfinite_steps: int = 10, output_dir: str = ".",
-                 unlabelled_fraction: float = 0.0):
+                 unlabelled_fraction: float = 0.0, samples_to_log: int = 8, samples_seed: int = 0):
         super().__init__()
         if not 0 <= unlabelled_fraction < 1:
             raise ValueError(f"unlabelled_fraction must be in [0, 1), got {unlabelled_fraction}")
@@ -82,10 +115,20 @@ class SummarizationModule(pl.LightningModule):
         self.rouge_l = RougeL()
         self._test_rows: list[dict] = []
         self.provenance: dict[str, Any] = {}  # the run's id and lineage (`trainer.train.provenance`), in checkpoints
+        if samples_to_log < 0:
+            raise ValueError(f"samples_to_log must be at least 0, got {samples_to_log}")
+        self.samples_to_log, self.samples_seed = samples_to_log, samples_seed
 
     @property
     def stage(self) -> str:
         return "mle" if self.reward is None else "mixed"
+
+    def configure_callbacks(self) -> list[pl.Callback]:
+        """What the model writes at each validation (`ValidationSamples`): a setting of the module, so every
+        summarizer run has it. Attached once: a fit after the start validation keeps the one it attached."""
+        if not self.samples_to_log or any(isinstance(c, ValidationSamples) for c in self.trainer.callbacks):
+            return []
+        return [ValidationSamples(self.samples_to_log, self.samples_seed, str(self.output_dir))]
 
     # ---------------------------------------------------------------- training
     def configure_optimizers(self) -> torch.optim.Optimizer:
@@ -120,15 +163,16 @@ class SummarizationModule(pl.LightningModule):
                                      f"{self.global_step}): stopping; {where}")
         return None
 
-    def _mixed_step(self, batch: Batch, enc: Any) -> Tensor:
-        gamma = self.gamma(self.global_step)
+    def _rollouts(self, batch: Batch, enc: Any, generator: torch.Generator | None = None) -> Rollouts:
+        """The training decodes of a batch (k samples per article, drawn with `generator`, and the greedy rows if the
+        baseline needs them), scored as training scores them, with each sample's baseline."""
         B, k, with_greedy = len(batch), self.samples, self.baseline.needs_greedy
-        start = time.perf_counter()
         # The baseline decodes in test-time mode (no dropout); k samples and the greedy rows share one batched loop.
+        training = self.model.training  # as it was: validation (`training_samples`) decodes in eval mode too
         self.model.eval()
-        decoded = sample_and_greedy(self.model, enc, self.rl_max_len, samples=k, with_greedy=with_greedy,
-                                    temperature=self.temperature)
-        self.model.train()
+        decoded = sample_and_greedy(self.model, enc, self.rl_max_len, generator=generator, samples=k,
+                                    with_greedy=with_greedy, temperature=self.temperature)
+        self.model.train(training)
         decode_end = time.perf_counter()
         rows = rollout_rows(B, k, with_greedy)
         rollouts = batch.index_select(rows)
@@ -141,34 +185,47 @@ class SummarizationModule(pl.LightningModule):
         if self.reward.needs_reference:
             not_applicable |= ~inputs.has_reference
         rewards = torch.where(not_applicable, torch.zeros_like(rewards), rewards)
-        reward_seconds = time.perf_counter() - decode_end
         r_sample = rewards[: B * k].view(B, k)
         baseline = self.baseline(r_sample, rewards[B * k:] if with_greedy else None)
+        return Rollouts(decoded, rows, rollouts, rewards, terms, not_applicable, r_sample, baseline,
+                        time.perf_counter() - decode_end)
+
+    def _mixed_step(self, batch: Batch, enc: Any) -> Tensor:
+        gamma = self.gamma(self.global_step)
+        B, k = len(batch), self.samples
+        start = time.perf_counter()
+        out = self._rollouts(batch, enc)
         # log q(ŷ) with gradient, q the sampled (tempered) distribution: a teacher-forced pass over the samples.
         mle = self.model.mle_loss(batch, enc=enc)
-        sampled = decoded.rows(slice(0, B * k))
-        sample_enc = enc if k == 1 else enc.index_select(torch.tensor(rows[: B * k], device=batch.device))
+        sampled = out.decoded.rows(slice(0, B * k))
+        sample_enc = enc if k == 1 else enc.index_select(torch.tensor(out.rows[: B * k], device=batch.device))
         sample_log_probs = self.model.teacher_forced(sample_enc, self._feed(sampled.ids), sampled.ids,
                                                      self.temperature).log_probs
-        rl = self_critical_loss(sample_log_probs, sampled.lengths, r_sample.flatten(), baseline.flatten(),
-                                self.length_normalize).view(B, k).mean(1)
+        rl = self_critical_loss(sample_log_probs, sampled.lengths, out.sample_rewards.flatten(),
+                                out.baseline.flatten(), self.length_normalize).view(B, k).mean(1)
         loss = gamma * rl.mean() + (1 - gamma) * mle["loss"] if batch.has_reference.any() else rl.mean()
-        advantage = r_sample - baseline
+        advantage = out.advantage
         base = len(self.vocab) + batch.n_copy_oovs
-        src_lengths = rollouts.src_mask[: B * k].sum(1)
-        greedy_reward = {"reward_greedy": rewards[B * k:].mean()} if with_greedy else {}
-        # each term of a weighted sum on the samples, and what the reward says about its last call
-        reward_parts = {f"reward/{name}": value[: B * k].nanmean() for name, value in terms.items()}
+        src_lengths = out.batch.src_mask[: B * k].sum(1)
+        greedy_reward = {"reward_greedy": out.rewards[B * k:].mean()} if self.baseline.needs_greedy else {}
+        # each term of a weighted sum on the samples (mean and spread), and what the reward says about its last call
+        reward_parts = {}
+        for name, value in out.terms.items():
+            reward_parts |= {f"reward/{name}": value[: B * k].nanmean(), f"reward/{name}_std": nan_std(value[: B * k])}
         reward_parts |= {f"reward/{key}": value for key, value in getattr(self.reward, "diagnostics", {}).items()}
         self._log_train({
             "loss": loss, "nll": mle["nll"], "rl_loss": rl.mean(), "gamma": gamma,
-            "reward_sample": r_sample.mean(), **greedy_reward, "reward_not_applicable": not_applicable.float().mean(),
+            "reward_sample": out.sample_rewards.mean(), **greedy_reward,
+            "reward_not_applicable": out.not_applicable.float().mean(),
             "advantage_mean": advantage.mean(), "advantage_std": advantage.std() if advantage.numel() > 1 else 0.0,
+            # samples that scored exactly their baseline: no gradient from them (the batch teaches nothing there)
+            "zero_advantage": (advantage == 0).float().mean(),
             "sample_length": sampled.lengths.float().mean(),
             "repeated_trigrams": repeated_ngram_rate(sampled.ids, sampled.lengths, base),
-            "novel_trigrams": novel_ngram_rate(sampled.ids, sampled.lengths, rollouts.src_ext[: B * k], src_lengths,
+            "novel_trigrams": novel_ngram_rate(sampled.ids, sampled.lengths, out.batch.src_ext[: B * k], src_lengths,
                                                base),
-            "reward_time_share": reward_seconds / max(time.perf_counter() - start, 1e-9), **reward_parts,
+            "distinct_trigrams": distinct_ngram_ratio(sampled.ids, sampled.lengths, base),
+            "reward_time_share": out.reward_seconds / max(time.perf_counter() - start, 1e-9), **reward_parts,
         }, B)
         return loss
 
@@ -199,7 +256,7 @@ class SummarizationModule(pl.LightningModule):
             self.log(f"train/{key}", value, batch_size=batch_size, prog_bar=key in shown)
 
     # ---------------------------------------------------------------- validation
-    def validation_step(self, batch: Batch, batch_idx: int, dataloader_idx: int = 0) -> None:
+    def validation_step(self, batch: Batch, batch_idx: int, dataloader_idx: int = 0) -> Decoded:
         """Greedy decodes of the labelled validation sample log `val/<metric>`. A mixed run's unlabelled sample (its
         second loader, `dataloader_idx` 1: articles of one source, none with a reference) logs the metrics that need
         no reference as `val/<metric>/<source>`."""
@@ -221,6 +278,7 @@ class SummarizationModule(pl.LightningModule):
             # sync_dist: under DDP the checkpoint monitor must see the mean over all ranks, not rank 0's share
             self.log(f"val/{key}{where}", value, batch_size=len(batch), prog_bar=labelled and key in ("loss", "reward"),
                      sync_dist=True, add_dataloader_idx=False)
+        return decoded  # the greedy decodes, for callbacks (`trainer.samples.ValidationSamples`)
 
     def test_metric(self, batch: Batch, enc: Any) -> Tensor:
         """The mean of the reward's test metric (`test_metric`, else its own name: the reward itself, scored on text as
@@ -232,6 +290,38 @@ class SummarizationModule(pl.LightningModule):
                              sources=[r["article"] for r in rows])
         values = [s[key] for s in scores if s[key] is not None]
         return torch.tensor(sum(values) / len(values) if values else float("nan"))
+
+    def sample_rows(self, batch: Batch, decoded: Decoded) -> list[dict[str, Any]]:
+        """What the model writes for a labelled batch, one flat row per article: the reference; the greedy summary
+        (`decoded`, `validation_step`'s) with its length, repeated-trigram rate, ROUGE and `metrics` (test scales) and,
+        for a mixed run, its reward (as `val/reward` scores it) and weighted-sum terms."""
+        written = self.summaries(decoded, batch)
+        _, scores = evaluate([r["summary"] for r in written], [r["reference"] for r in written], self.metrics,
+                             device=self.device, sources=[r["article"] for r in written])
+        inputs = RewardInput.from_decoded(decoded.ids, decoded.lengths, batch, self.vocab)
+        repeats, trigrams = repeated_ngram_counts(decoded.ids, decoded.lengths, len(self.vocab) + batch.n_copy_oovs)
+        rewards, terms = self._reward(inputs) if self.reward is not None else (None, {})
+        rows = []
+        for i, row in enumerate(written):
+            summary, reference = as_text([row["summary"], row["reference"]])
+            rows.append({"id": row["id"], "reference": reference, "summary": summary,
+                         "length": int(inputs.hyp_lens[i]),
+                         "repeated_trigrams": float(repeats[i]) / max(int(trigrams[i]), 1), **scores[i]})
+            if rewards is not None:
+                rows[-1]["reward"] = finite_or_none(float(rewards[i]))
+                rows[-1] |= {f"reward/{name}": finite_or_none(float(value[i])) for name, value in terms.items()}
+        return rows
+
+    def training_samples(self, batch: Batch, generator: torch.Generator) -> list[dict[str, Any]]:
+        """For each article of a mixed run's batch, one sample drawn as training draws it (with `generator`), its
+        training reward and its advantage over its baseline; nothing for an MLE run."""
+        if self.reward is None:
+            return []
+        out = self._rollouts(batch, self.model.encode(batch), generator)
+        drawn = self.summaries(out.decoded.rows(slice(0, len(batch) * self.samples, self.samples)), batch)
+        return [{"id": row["id"], "sample": as_text([row["summary"]])[0],
+                 "sample_reward": float(out.sample_rewards[i, 0]), "sample_advantage": float(out.advantage[i, 0])}
+                for i, row in enumerate(drawn)]
 
     # ---------------------------------------------------------------- test
     def test_step(self, batch: Batch, batch_idx: int) -> None:

@@ -1,0 +1,125 @@
+"""What the model writes as it learns (issue 25): the validation samples (a fixed set of articles, drawn without
+touching the training RNG) and the training-step statistics."""
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+import torch
+from hydra.utils import instantiate
+from rouge_score import rouge_scorer
+
+from models.decoding import greedy
+from rewards.base import WeightedSum
+from test_rl import tiny_module
+from test_train import compose_run, logged
+from trainer.batch import Example
+from trainer.diagnostics import distinct_ngram_ratio
+from trainer.samples import choose_articles
+from trainer.train import run
+
+
+# ---------------------------------------------------------------- training-step statistics
+
+class HandMade:
+    """A reward fixed by hand for each decoded row: article i's k samples at rows i·k …, then the greedy rows."""
+
+    needs_reference = False
+
+    def __init__(self, name: str, values: list[float]):
+        self.name, self.values = name, torch.tensor(values)
+
+    def __call__(self, inputs):
+        return self.values.clone()
+
+
+SAMPLES = [[1, 0], [0.5, 0.5], [0, 0], [0.25, 0.75], [1, 1], [0, 0.5]]  # 6 articles, k = 2
+GREEDY = [1, 0.5, 0, 0.75, 0.875, 0.5]
+# advantages [0 −1] [0 0] [0 0] [−.5 0] [.125 .125] [−.5 0]: 7 of the 12 samples are exactly 0
+
+
+def test_zero_advantage_share_and_term_statistics_on_hand_made_rewards():
+    flat = [r for pair in SAMPLES for r in pair]
+    reward = WeightedSum({"a": HandMade("a", flat + GREEDY), "b": HandMade("b", [0.5] * 18)}, {"a": 1.0, "b": 1.0})
+    module, batch = tiny_module(reward=reward)
+    module.samples = 2
+    logged_values = {}
+    module.log = lambda key, value, **kwargs: logged_values.__setitem__(key, float(value))
+    module.training_step(batch, 0)
+    assert logged_values["train/zero_advantage"] == pytest.approx(7 / 12)
+    assert logged_values["train/reward/a"] == pytest.approx(statistics.mean(flat))
+    assert logged_values["train/reward/a_std"] == pytest.approx(statistics.stdev(flat), rel=1e-6)
+    assert logged_values["train/reward/b_std"] == 0.0
+
+
+def test_distinct_trigram_ratio_by_hand():
+    # row 0: 5 6 7 5 6 7 → 567 675 756 567; row 1: 5 6 7 8 (then padding that must not count) → 567 678
+    ids = torch.tensor([[5, 6, 7, 5, 6, 7], [5, 6, 7, 8, 9, 9]])
+    ratio = distinct_ngram_ratio(ids, torch.tensor([6, 4]), base=10)
+    assert float(ratio) == pytest.approx(4 / 6)  # distinct: 567 675 756 678
+
+
+# ---------------------------------------------------------------- the validation samples
+
+def examples(ids: list[str]) -> list[Example]:
+    return [Example(i, ["w"], [["w", "."]]) for i in ids]
+
+
+def test_the_articles_are_chosen_by_seed_whatever_the_order():
+    ids = [f"a{i:02d}" for i in range(30)]
+    chosen = [e.id for e in choose_articles(examples(ids), 8, seed=0)]
+    assert len(set(chosen)) == 8 and chosen == sorted(chosen)
+    assert [e.id for e in choose_articles(examples(ids[::-1]), 8, seed=0)] == chosen
+    assert [e.id for e in choose_articles(examples(ids), 8, seed=1)] != chosen
+    assert len(choose_articles(examples(ids[:3]), 8, seed=0)) == 3
+
+
+def test_the_articles_are_the_same_for_every_data_order(tmp_path):
+    chosen = []
+    for shuffle_seed in (0, 1):
+        data = instantiate(compose_run(tmp_path, "x", [f"data.shuffle_seed={shuffle_seed}"]).data)
+        data.setup()
+        chosen.append([e.id for e in choose_articles(data.val_dataloader().dataset, 8, seed=0)])
+    assert chosen[0] == chosen[1] and len(chosen[0]) == 8
+
+
+def test_sample_rows_score_the_greedy_summary_and_the_training_sample_leaves_the_rng_alone():
+    module, batch = tiny_module()
+    labelled = batch.index_select([i for i in range(len(batch)) if batch.has_reference[i]])
+    module.model.eval()
+    with torch.no_grad():
+        rows = module.sample_rows(labelled, greedy(module.model, module.model.encode(labelled), 8))
+        state = torch.get_rng_state()
+        drawn = module.training_samples(labelled, torch.Generator().manual_seed(0))
+        assert torch.equal(torch.get_rng_state(), state)  # drawn from its own generator
+        again = module.training_samples(labelled, torch.Generator().manual_seed(0))
+    scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
+    for row in rows:
+        assert row["rougeL"] == pytest.approx(100 * scorer.score("the cat sat .", row["summary"])["rougeL"].fmeasure)
+        assert row["length"] == len(row["summary"].split())
+    assert [r["id"] for r in drawn] == labelled.ids and drawn == again
+
+
+MIXED = ["reward=rouge_l", "trainer.val_check_interval=3", "test=false", "threads=1", "stages.mixed.lr=1e-3",
+         "module.samples_to_log=4"]
+
+
+def sample_ids(run_dir: Path) -> dict[int, list[str]]:
+    return {int(p.stem.removeprefix("step_")): [json.loads(line)["id"] for line in p.open()]
+            for p in (run_dir / "samples").glob("step_*.jsonl")}
+
+
+@pytest.mark.slow
+def test_samples_stay_across_a_resume_and_data_orders_and_leave_training_alone(tmp_path):
+    run(compose_run(tmp_path, "mle", ["reward=mle", "trainer.max_steps=20", "test=false", "threads=1"]))
+    start = f"mle_checkpoint={tmp_path / 'mle' / 'checkpoints' / 'best.ckpt'}"
+    run(compose_run(tmp_path, "a", [*MIXED, start, "trainer.max_steps=6"]))
+    last = tmp_path / "a" / "checkpoints" / "last.ckpt"
+    run(compose_run(tmp_path, "a", [*MIXED, start, "trainer.max_steps=9", f"ckpt_path={last}"]))
+    run(compose_run(tmp_path, "other_order", [*MIXED, start, "trainer.max_steps=3", "data.shuffle_seed=1"]))
+    run(compose_run(tmp_path, "off", [*MIXED, start, "trainer.max_steps=6", "module.samples_to_log=0"]))
+    resumed, other = sample_ids(tmp_path / "a"), sample_ids(tmp_path / "other_order")
+    assert sorted(resumed) == [0, 3, 6, 9] and sorted(other) == [0, 3]
+    assert len({tuple(ids) for ids in [*resumed.values(), *other.values()]}) == 1 and len(resumed[0]) == 4
+    assert not (tmp_path / "off" / "samples").exists()
+    assert logged(tmp_path / "a", "train/loss") == logged(tmp_path / "off", "train/loss")  # exactly

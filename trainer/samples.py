@@ -1,0 +1,97 @@
+"""What the model writes as it learns: the same few validation articles decoded and scored at every validation."""
+from __future__ import annotations
+
+import json
+import logging
+import random
+import textwrap
+import time
+from itertools import zip_longest
+from pathlib import Path
+from typing import Any, Sequence
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.loggers import WandbLogger
+
+from trainer.batch import Example
+
+log = logging.getLogger(__name__)
+
+
+def choose_articles(examples: Sequence[Example], count: int, seed: int) -> list[Example]:
+    """`count` labelled examples drawn with `seed` from the ids in sorted order, returned by id: the same articles
+    whatever the loader's order, the data order's seed or the step a run resumes at."""
+    labelled = sorted((e for e in examples if e.reference is not None), key=lambda e: e.id)
+    return sorted(random.Random(seed).sample(labelled, min(count, len(labelled))), key=lambda e: e.id)
+
+
+def side_by_side(left: str, right: str, width: int = 58, left_lines: int = 6) -> str:
+    """Two texts in two columns: the first `left_lines` lines of `left`, all of `right`."""
+    columns = textwrap.wrap(left, width)[:left_lines], textwrap.wrap(right, width)
+    return "\n".join(f"{a:<{width}} | {b}" for a, b in zip_longest(*columns, fillvalue=""))
+
+
+class ValidationSamples(pl.Callback):
+    """At each validation (rank 0): `count` validation articles, chosen by `choose_articles`, with their greedy
+    decodes from `validation_step` scored by the module's `sample_rows` and, in a mixed run, one training sample each
+    (`training_samples`, drawn with a generator seeded by (`seed`, step): the training RNG never moves), written to
+    `<output_dir>/samples/step_<N>.jsonl`; a wandb logger gets them as the table `samples/step_<N>`. Prints the first
+    article's start beside its greedy summary, and logs the seconds it took, of the validation's."""
+
+    def __init__(self, count: int, seed: int, output_dir: str):
+        self.count, self.seed, self.folder = count, seed, Path(output_dir) / "samples"
+        self._chosen: list[Example] = []
+        self._rows: list[dict[str, Any]] = []
+        self._started, self._seconds = 0.0, 0.0
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._started, self._seconds, self._rows, self._chosen = time.perf_counter(), 0.0, [], []
+        if not trainer.sanity_checking and trainer.is_global_zero:
+            self._chosen = choose_articles(self._labelled_loader(trainer).dataset, self.count, self.seed)
+
+    def on_validation_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                                batch_idx: int, dataloader_idx: int = 0) -> None:
+        start = time.perf_counter()
+        ids = {e.id for e in self._chosen}
+        picks = [i for i, article in enumerate(batch.ids) if article in ids] if dataloader_idx == 0 else []
+        if picks:
+            self._rows += pl_module.sample_rows(batch.index_select(picks), outputs.rows(picks))
+        self._seconds += time.perf_counter() - start
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not self._rows:
+            return
+        start = time.perf_counter()
+        step = trainer.global_step
+        generator = torch.Generator(device=pl_module.device).manual_seed(self.seed * 2**32 + step)
+        batch = self._labelled_loader(trainer).collate_fn(self._chosen).to(pl_module.device)
+        # (Lightning calls this hook with the model in eval mode and gradients off, as in validation_step)
+        drawn = {row["id"]: row for row in pl_module.training_samples(batch, generator)}
+        rows = [{"step": step, **row, **drawn.get(row["id"], {})} for row in sorted(self._rows, key=lambda r: r["id"])]
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / f"step_{step}.jsonl"
+        with path.open("w", encoding="utf-8") as f:
+            f.writelines(json.dumps(row) + "\n" for row in rows)
+        self.log_tables(trainer, f"samples/step_{step}", rows)
+        seconds = self._seconds + time.perf_counter() - start
+        total = time.perf_counter() - self._started
+        log.info("%s: %d articles in %.3f s, %.1f%% of the validation's %.2f s", path, len(rows), seconds,
+                 100 * seconds / total, total)
+        first = self._chosen[0]
+        pl_module.print(f"\n{first.id}, step {step}\n" + side_by_side(first.text or " ".join(first.source),
+                                                                      rows[0]["summary"]))
+
+    @staticmethod
+    def _labelled_loader(trainer: pl.Trainer) -> Any:
+        loaders = trainer.val_dataloaders
+        return loaders[0] if isinstance(loaders, (list, tuple)) else loaders  # the labelled sample comes first
+
+    @staticmethod
+    def log_tables(trainer: pl.Trainer, key: str, rows: list[dict[str, Any]]) -> None:
+        """A table per validation step (its own key), so a wandb run keeps every step's table browsable."""
+        columns = list(rows[0])
+        for logger in trainer.loggers:
+            if isinstance(logger, WandbLogger):
+                logger.log_table(key=key, columns=columns, data=[[row[c] for c in columns] for row in rows],
+                                 step=trainer.global_step)
