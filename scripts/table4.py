@@ -12,7 +12,8 @@ from, as its config records (`lineage`); runs from before that record pair with 
 paired bootstrap over the test articles gives each difference a 95% percentile interval. Runs of one name with
 several seeds (`-m ... seed=0,1,2`) form one row: its means are over the seeds, its interval resamples seeds, then
 articles (a two-level bootstrap), and the diagonal says how many seeds are significant on their own. Writes
-table4.md (printed too), table4.csv, table4.json and table4_diff.png.
+table4.md (printed too), table4.csv, table4.json and table4_diff.png. `--examples N` adds N test articles, the
+reference and every row's summary with its own metric's score (`choose_examples` says which articles).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import argparse
 import csv
 import json
 import os
+import random
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -156,11 +158,16 @@ def decode_test_split(run: Path) -> None:
     train_run(cfg)
 
 
+def read_summaries(run: Path) -> list[dict]:
+    """The rows of the run's `summaries.jsonl`: id, summary, reference (text, one sentence a line), scores."""
+    return [json.loads(line) for line in (run / "summaries.jsonl").open(encoding="utf-8")]
+
+
 def score_run(run: Path, metrics: dict) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
     """The run's means (and `n`), and its scores per article id. ROUGE and `metrics` are computed anew; the QA
     metrics, which read the article (not in summaries.jsonl), are taken as the run scored them at test time."""
     path = run / "summaries.jsonl"
-    rows = [json.loads(line) for line in path.open(encoding="utf-8")]
+    rows = read_summaries(run)
     hyps = [split_at_sentence_ends(r["summary"].split()) for r in rows]
     refs = [[s.split() for s in r["reference"].split("\n")] for r in rows]
     means, per_example = evaluate(hyps, refs, metrics)
@@ -310,6 +317,54 @@ def validation_evidence(runs: dict[str, Path], out: Path, caption: str) -> str:
     return "\n".join(["Validation (greedy, fixed sample), first → best:", "", *lines]) if lines else ""
 
 
+def choose_examples(scores: dict[str, dict[str, dict[str, float]]], metrics: list[str], count: int, seed: int
+                    ) -> list[str]:
+    """The `count` articles (ids every row scored) whose `metrics` vary most across the rows (`scores`: row →
+    article id → metric → score): each metric's max − min over the rows, in units of its standard deviation over
+    every row's articles, summed over the metrics; ties in the order of a permutation seeded with `seed`."""
+    ids = sorted(set.intersection(*(set(by_id) for by_id in scores.values())))
+    order = random.Random(seed).sample(ids, len(ids))
+    tiebreak = {article: i for i, article in enumerate(order)}
+    spread = dict.fromkeys(ids, 0.0)
+    for metric in metrics:
+        values = {a: [s[a][metric] for s in scores.values() if s[a].get(metric) is not None] for a in ids}
+        scale = float(np.std([v for vs in values.values() for v in vs]))
+        for article, vs in values.items():
+            if vs and scale > 0:
+                spread[article] += (max(vs) - min(vs)) / scale
+    return sorted(ids, key=lambda a: (-spread[a], tiebreak[a]))[:count]
+
+
+def table_cell(text: str) -> str:
+    """A text as one markdown table cell: its lines joined, its pipes escaped."""
+    return text.replace("\n", " ").replace("|", "\\|")
+
+
+def examples_block(rows: dict[str, list[Run]], scores: dict[Path, dict], count: int, seed: int) -> str:
+    """Markdown: for `count` test articles (`choose_examples`, on each row's lowest seed's run), the reference and
+    every row's summary, each with its own metric's score (rows without one: every row's own metric)."""
+    runs = {row: row_runs[0] for row, row_runs in rows.items()}
+    own = {row: OWN_METRIC[run.run_name] for row, run in runs.items() if run.run_name in OWN_METRIC}
+    metrics = list(dict.fromkeys(own.values())) or ["rougeL"]
+    chosen = choose_examples({row: scores[run.path] for row, run in runs.items()}, metrics, count, seed)
+    texts = {row: {r["id"]: r for r in read_summaries(run.path)} for row, run in runs.items()}
+    seeds = sorted({str(run.seed) for run in runs.values()})
+    names = ", ".join(TABLE_COLUMNS.get(m, m) for m in metrics)
+    lines = [f"Examples: the {len(chosen)} test articles whose own metrics ({names}) vary most across the rows "
+             "(each metric's max − min over the rows in units of its standard deviation, summed; ties by a "
+             f"permutation seeded with --seed {seed}); seed {' and '.join(seeds)}'s runs (each row's lowest seed)."]
+    for article in chosen:
+        reference = next(iter(texts.values()))[article]["reference"]
+        lines += ["", f"Article {article}:", "", "| | summary | score |", "|---|---|---|",
+                  f"| reference | {table_cell(reference)} | |"]
+        for row, run in runs.items():
+            shown = [own[row]] if row in own else metrics
+            score = ", ".join(f"{TABLE_COLUMNS.get(m, m)} {scores[run.path][article][m]:.2f}" for m in shown
+                              if scores[run.path][article].get(m) is not None)
+            lines.append(f"| {row} | {table_cell(texts[row][article]['summary'])} | {score} |")
+    return "\n".join(lines)
+
+
 def row_means(scored: list[dict[str, float]]) -> dict[str, float]:
     """A row's means over its seeds' runs (each run's mean over articles), with its article count and seeds."""
     keys = [k for k in scored[0] if k != "n" and all(k in s for s in scored)]
@@ -328,7 +383,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--baseline", default="mle", help="the run name of the row the others are compared with "
                                                           "(bottom_up_mle for the bottom-up grid)")
     parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples per interval")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap's resampling")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap's resampling (and of the "
+                                                             "examples' tie-break)")
+    parser.add_argument("--examples", type=int, default=0, metavar="N",
+                        help="show N test articles' reference and every row's summary with its own metric's score: "
+                             "those whose own metrics vary most across the rows")
     args = parser.parse_args(argv)
 
     runs = [Run.read(path) for path in find_runs(args.paths)]
@@ -367,6 +426,8 @@ def main(argv: list[str] | None = None) -> None:
                 for row_runs in rows.values() for run in row_runs}
     evidence = validation_evidence(labelled, out, runs_caption(runs))
     report += "\n\n" + evidence if evidence else ""
+    if args.examples > 0:
+        report += "\n\n" + examples_block(rows, scores, args.examples, args.seed)
     print(report)
     (out / "table4.md").write_text(report + "\n")
     write_csv(out / "table4.csv", results, comparisons)

@@ -1,5 +1,5 @@
 """What the model writes as it learns (issue 25): the validation samples (a fixed set of articles, drawn without
-touching the training RNG) and the training-step statistics."""
+touching the training RNG), the training-step statistics, and table4's examples."""
 import json
 import statistics
 from pathlib import Path
@@ -12,6 +12,7 @@ from rouge_score import rouge_scorer
 from models.decoding import greedy
 from rewards.base import WeightedSum
 from test_rl import tiny_module
+from test_scripts import load_script
 from test_train import compose_run, logged
 from trainer.batch import Example
 from trainer.diagnostics import distinct_ngram_ratio
@@ -123,3 +124,44 @@ def test_samples_stay_across_a_resume_and_data_orders_and_leave_training_alone(t
     assert len({tuple(ids) for ids in [*resumed.values(), *other.values()]}) == 1 and len(resumed[0]) == 4
     assert not (tmp_path / "off" / "samples").exists()
     assert logged(tmp_path / "a", "train/loss") == logged(tmp_path / "off", "train/loss")  # exactly
+
+
+# ---------------------------------------------------------------- table4 --examples
+
+def test_examples_are_the_largest_spread_with_seeded_ties():
+    table4 = load_script("table4")
+    scores = {"A": {"a": {"m": 10}, "b": {"m": 20}, "c": {"m": 30}},
+              "B": {"a": {"m": 10}, "b": {"m": 50}, "c": {"m": 35}}}
+    assert table4.choose_examples(scores, ["m"], 3, seed=0) == ["b", "c", "a"]  # spreads 30, 5, 0
+    tied = {row: {f"t{i:02d}": {"m": float(row == "A")} for i in range(40)} for row in "AB"}
+    first = table4.choose_examples(tied, ["m"], 2, seed=0)
+    assert table4.choose_examples(tied, ["m"], 2, seed=0) == first
+    assert table4.choose_examples(tied, ["m"], 2, seed=1) != first
+
+
+def write_run(folder: Path, name: str, run_id: str, lineage: list[str], summaries: dict[str, str]) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(f"run_name: {name}\nseed: 0\nrun_id: {run_id}\nlineage: {lineage}\n")
+    with (folder / "summaries.jsonl").open("w") as f:
+        for article, summary in summaries.items():
+            f.write(json.dumps({"id": article, "summary": summary, "reference": "the cat sat on the mat .",
+                                "scores": {}}) + "\n")
+    return folder
+
+
+def test_table4_examples_pick_the_same_articles_twice(tmp_path, capsys):
+    table4 = load_script("table4")
+    same = {f"d{i}": "the cat sat on a mat ." for i in range(8)}
+    mle = write_run(tmp_path / "mle", "mle", "m1", [], same)
+    # d3 loses every word (the largest spread), d5 half of them; the other articles are summarised alike
+    write_run(tmp_path / "rouge_l", "rouge_l", "r1", ["m1"], same | {"d3": "dogs ran .", "d5": "the cat ran ."})
+    blocks = []
+    for _ in range(2):
+        table4.main([str(mle), str(tmp_path / "rouge_l"), "--metrics", "--resamples", "20", "--examples", "2",
+                     "--out", str(tmp_path)])
+        markdown = (tmp_path / "table4.md").read_text()
+        blocks.append(markdown[markdown.index("Examples:"):])
+    assert blocks[0] == blocks[1] and blocks[0] in capsys.readouterr().out
+    assert [line for line in blocks[0].splitlines() if line.startswith("Article")] == ["Article d3:", "Article d5:"]
+    assert "| Mixed w/ ROUGE-L | dogs ran . | ROUGE-L 0.00 |" in blocks[0]
+    assert "| reference | the cat sat on the mat . | |" in blocks[0]
