@@ -83,7 +83,8 @@ class Run:
 
 
 def is_run(path: Path) -> bool:
-    return (path / "config.yaml").is_file() and path.name != ".hydra"
+    """A run folder: config.yaml at its top (Hydra's own records in .hydra/ are not runs)."""
+    return (path / "config.yaml").is_file() and ".hydra" not in path.parts
 
 
 def runs_below(path: Path) -> list[Path]:

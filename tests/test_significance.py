@@ -297,6 +297,8 @@ def write_seed_run(root: Path, name: str, seed: int, summaries: list[str], refer
                                      f"lineage: {list(lineage)}\n")
     write_jsonl(run / "summaries.jsonl", [{"id": f"art-{i:02d}", "summary": s, "reference": r, "scores": {}}
                                           for i, (s, r) in enumerate(zip(summaries, references))])
+    (run / ".hydra" / "2026-01-01_00-00-00_1").mkdir(parents=True)  # Hydra's records of one start: not a run
+    (run / ".hydra" / "2026-01-01_00-00-00_1" / "config.yaml").write_text("run_name: ${hydra:runtime.choices.reward}\n")
     return run
 
 
