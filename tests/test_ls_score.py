@@ -1,0 +1,124 @@
+"""LS-Score (Wu et al. 2020): the scorer's L and S against hand computations, pads, pooling, the ranking loss,
+the negatives, and the frozen reward (article cache, checkpoint round trip). A tiny random BERT stands in for
+MiniLM (the encoder is injected)."""
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from rewards.base import RewardInput
+from rewards.ls_score import LSConfig, LSScore, LSScorer, Negatives, load_scorer, ranking_loss, tokenize_batch
+from trainer.batch import Example
+from trainer.vocab import Vocabulary
+
+
+@pytest.fixture()
+def scorer_and_tokenizer(tiny_qa_model):
+    tokenizer, scorer = load_scorer(None, encoder=tiny_qa_model, alpha=0.5, beta=2.0)
+    return scorer.eval(), tokenizer
+
+
+def test_l_is_the_mean_log_probability_of_real_tokens_and_pads_never_count(scorer_and_tokenizer):
+    scorer, tokenizer = scorer_and_tokenizer
+    texts = ["the cat sat", "police said the president of france visited berlin on monday"]
+    ids, mask, counted = tokenize_batch(tokenizer, texts, 64)
+    article = torch.randn(2, scorer.encoder.config.hidden_size)
+    with torch.no_grad():
+        batch = scorer(ids, mask, counted, article)
+        alone_ids, alone_mask, alone_counted = tokenize_batch(tokenizer, texts[:1], 64)  # no padding at all
+        alone = scorer(alone_ids, alone_mask, alone_counted, article[:1])
+        # by hand: Eq. 5-6 over the tokens between [CLS] and [SEP]
+        H = scorer.encoder(input_ids=alone_ids, attention_mask=alone_mask).last_hidden_state[0]
+        W = scorer.encoder.get_input_embeddings().weight
+        logp = (scorer.norm(F.gelu(scorer.transform(H))) @ W.T + scorer.decoder_bias).log_softmax(-1)
+        tokens = alone_ids[0].tolist()
+        expected = sum(logp[i, tokens[i]] for i in range(1, len(tokens) - 1)) / (len(tokens) - 2)
+    assert mask[0].sum() < mask.shape[1]  # the short text was padded
+    assert float(alone["L"][0]) == pytest.approx(float(expected), rel=1e-5)
+    assert float(batch["L"][0]) == pytest.approx(float(alone["L"][0]), rel=1e-5)
+
+
+def test_s_is_the_cosine_of_pooled_encodings_and_ls_their_weighted_sum(scorer_and_tokenizer):
+    scorer, tokenizer = scorer_and_tokenizer
+    ids, mask, counted = tokenize_batch(tokenizer, ["the cat sat on the mat", "a dog"], 64)
+    article = torch.randn(2, scorer.encoder.config.hidden_size)
+    with torch.no_grad():
+        out = scorer(ids, mask, counted, article)
+        H = scorer.encoder(input_ids=ids[1:, :4], attention_mask=mask[1:, :4]).last_hidden_state[0]  # "a dog": 4
+        mean = H.mean(0)  # the mean over its real tokens only ([CLS] a dog [SEP])
+        expected = torch.dot(mean, article[1]) / (mean.norm() * article[1].norm())
+        scorer.config.pooling = "cls"
+        cls = scorer(ids, mask, counted, article)["S"][1]
+    assert int(mask[1].sum()) == 4
+    assert float(out["S"][1]) == pytest.approx(float(expected), abs=1e-5)
+    assert float(cls) == pytest.approx(float(F.cosine_similarity(H[0], article[1], dim=0)), abs=1e-5)
+    assert torch.allclose(out["LS"], 0.5 * out["L"] + 2.0 * out["S"])
+
+
+def test_ranking_loss_hand_computed():
+    def scores(L: float, S: float, LS: float) -> dict:
+        return {"L": torch.tensor([L]), "S": torch.tensor([S]), "LS": torch.tensor([LS])}
+    positive = scores(L=-1.0, S=0.9, LS=1.0)
+    negatives = {"deleted": scores(L=-1.5, S=0.8, LS=0.5), "shuffled": scores(L=-3.0, S=0.7, LS=0.2),
+                 "inserted": scores(L=-0.5, S=0.95, LS=1.5)}
+    # single (Eq. 8): (1 − 0.5) + (1 − 0.8) + (1 + 0.5) = 2.2
+    assert float(ranking_loss(positive, negatives, "single")) == pytest.approx(2.2)
+    # two: L over deleted, shuffled: (1 − 0.5) + max(0, 1 − 2) = 0.5; S over deleted, inserted: 0.9 + 1.05
+    assert float(ranking_loss(positive, negatives, "two")) == pytest.approx(0.5 + 0.9 + 1.05)
+    with pytest.raises(ValueError, match="loss form"):
+        ranking_loss(positive, negatives, "triple")
+
+
+def test_negatives():
+    reference = [["the", "cat", "sat", "."], ["it", "was", "happy", "."]]
+    article = [["the", "cat", "sat", "on", "the", "mat", "."], ["dogs", "bark", "."], ["it", "was", "happy", "."]]
+    rng = random.Random(0)
+    assert Negatives(delete_rate=0.0)(reference, article, rng)["deleted"] == "the cat sat . it was happy ."
+    assert Negatives(delete_rate=1.0)(reference, article, rng)["deleted"] == "the"  # never empty
+    built = Negatives(delete_rate=0.5)(reference, article, rng)
+    shuffled = built["shuffled"].split()
+    assert sorted(shuffled[:4]) == sorted(reference[0]) and sorted(shuffled[4:]) == sorted(reference[1])
+    # the two article sentences closest to the reference's are never inserted: only "dogs bark ." is left
+    inserted = built["inserted"]
+    assert "dogs bark ." in inserted and len(inserted.split()) == 8 + 3
+
+
+def reward_input(summaries: list[str], articles: list[str]) -> RewardInput:
+    hyps = [s.split() for s in summaries]
+    words = sorted({w for t in summaries + articles for w in t.split()})
+    return RewardInput.from_texts(hyps, [None] * len(hyps), Vocabulary(words), source_texts=articles)
+
+
+def test_reward_is_frozen_caches_articles_and_round_trips_a_checkpoint(tiny_qa_model, tmp_path, monkeypatch):
+    reward = LSScore(None, encoder=tiny_qa_model)
+    assert not reward.needs_reference
+    assert not any(p.requires_grad for p in reward.scorer.parameters())
+    encoded = []
+    encode = reward.scorer.encode
+    monkeypatch.setattr(reward.scorer, "encode", lambda ids, mask: encoded.append(len(ids)) or encode(ids, mask))
+    articles = ["the president of france visited berlin .", "police said a man ran ."]
+    first = reward(reward_input(["the president visited berlin", "a man ran"], articles))
+    second = reward(reward_input(["france", "police said"], articles))
+    # articles encoded once (one batch of 2) across both calls; summaries once per call
+    assert encoded == [2, 2, 2]
+    assert not first.requires_grad and first.shape == (2,)
+    reward.scorer.save(tmp_path)
+    again = LSScore(str(tmp_path))
+    assert torch.allclose(again(reward_input(["france", "police said"], articles)), second, atol=1e-5)
+
+
+def test_training_articles_never_include_held_out_ids():
+    spec = importlib.util.spec_from_file_location(
+        "train_ls_score", Path(__file__).resolve().parents[1] / "scripts" / "train_ls_score.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["train_ls_score"] = module
+    spec.loader.exec_module(module)
+    examples = [Example(id=i, source=["a", "."], reference=[["a"]]) for i in ("x", "y", "z")]
+    examples.append(Example(id="w", source=["a"], reference=None))  # unlabelled: no positive to rank
+    assert [e.id for e in module.usable(examples, {"y"})] == ["x", "z"]
