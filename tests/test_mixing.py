@@ -244,13 +244,15 @@ def test_training_rescales_with_the_datas_fraction_and_validation_logs_per_sourc
     fractions, total = [], reward.total
     reward.total = lambda parts, fraction=0.0: (fractions.append(fraction), total(parts, fraction))[1]
     module.training_step(mixed, 0)
+    assert 0 <= float(module.logged["train/lead3_copy"]) <= 1  # the copy monitor
     module.logged.clear()
     module.validation_step(labelled, 0)
     unlabelled = collate([Example("u0", "the zorb ran on the mat .".split(), None, domain="reddit")], VOCAB)
     module.validation_step(unlabelled, 0, dataloader_idx=1)
     assert fractions == [0.4, 0.0, 0.0]  # the reward as defined on validation
     assert set(module.logged) == {"val/loss", "val/rouge_l", "val/reward", "val/length", "val/repeated_trigrams",
-                                  "val/reward/reddit", "val/length/reddit", "val/repeated_trigrams/reddit"}
+                                  "val/lead3_copy", "val/reward/reddit", "val/length/reddit",
+                                  "val/repeated_trigrams/reddit", "val/lead3_copy/reddit"}
 
 
 # ---------------------------------------------------------------- settings and a run

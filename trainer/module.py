@@ -18,11 +18,12 @@ from rewards.rouge import RougeL
 from trainer.baselines import Baseline, GreedyBaseline
 from trainer.batch import Batch
 from trainer.checkpoints import checkpoint_description
-from trainer.diagnostics import distinct_ngram_ratio, novel_ngram_rate, repeated_ngram_counts, repeated_ngram_rate
+from trainer.diagnostics import (distinct_ngram_ratio, lead_copy_rate, novel_ngram_rate, repeated_ngram_counts,
+                                 repeated_ngram_rate)
 from trainer.evaluate import ROUGE_KEYS, as_text, evaluate
 from trainer.samples import ValidationSamples
 from trainer.schedules import Constant
-from trainer.vocab import Vocabulary, split_at_sentence_ends
+from trainer.vocab import SENTENCE_END, Vocabulary, split_at_sentence_ends
 
 log = logging.getLogger(__name__)
 
@@ -225,6 +226,8 @@ class SummarizationModule(pl.LightningModule):
             "novel_trigrams": novel_ngram_rate(sampled.ids, sampled.lengths, out.batch.src_ext[: B * k], src_lengths,
                                                base),
             "distinct_trigrams": distinct_ngram_ratio(sampled.ids, sampled.lengths, base),
+            "lead3_copy": lead_copy_rate(sampled.ids, sampled.lengths, out.batch.src_ext[: B * k], src_lengths,
+                                         self._sentence_ends(), base),
             "reward_time_share": out.reward_seconds / max(time.perf_counter() - start, 1e-9), **reward_parts,
         }, B)
         return loss
@@ -244,6 +247,10 @@ class SummarizationModule(pl.LightningModule):
             repeats, total = repeated_ngram_counts(inputs.hyp, inputs.hyp_lens, base)
             rewards = rewards * (1 - repeats / total.clamp(min=1))
         return rewards, terms
+
+    def _sentence_ends(self) -> Tensor:
+        """Ids of the vocabulary's sentence-final tokens (the copy monitor's sentence boundaries)."""
+        return torch.tensor([self.vocab.stoi[t] for t in SENTENCE_END if t in self.vocab.stoi], device=self.device)
 
     def _feed(self, ids: Tensor) -> Tensor:
         """Decoder inputs for a decoded sequence: <s> then the sequence shifted right, OOV as <unk>."""
@@ -266,7 +273,9 @@ class SummarizationModule(pl.LightningModule):
         inputs = RewardInput.from_decoded(decoded.ids, decoded.lengths, batch, self.vocab)
         values = {"length": inputs.hyp_lens.float().mean(),
                   "repeated_trigrams": repeated_ngram_rate(decoded.ids, decoded.lengths,
-                                                           len(self.vocab) + batch.n_copy_oovs)}
+                                                           len(self.vocab) + batch.n_copy_oovs),
+                  "lead3_copy": lead_copy_rate(decoded.ids, decoded.lengths, batch.src_ext, batch.src_mask.sum(1),
+                                               self._sentence_ends(), len(self.vocab) + batch.n_copy_oovs)}
         if labelled:
             values |= {"loss": self.model.mle_loss(batch, enc=enc)["loss"], "rouge_l": self.rouge_l(inputs).mean()}
         if self.reward is not None and (labelled or not self.reward.needs_reference):
