@@ -1,4 +1,4 @@
-"""ROUGE as rewards: ROUGE-L (LCS F-measure) and ROUGE-N on token ids, on the batch's host copy (`RewardInput.host_ids`).
+"""ROUGE as rewards, ROUGE-L (LCS F-measure) and ROUGE-N, on token ids: the batch's host copy (`RewardInput.host_ids`).
 
 The LCS lengths come from rapidfuzz's bit-parallel LCS (C++; Hyyrö 2004), one call per pair on the
 ids' host copy: 2x faster than the batched bit-parallel numpy LCS it replaced (scripts/bench_rewards.py).

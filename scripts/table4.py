@@ -42,7 +42,8 @@ from trainer.vocab import split_at_sentence_ends  # noqa: E402
 
 ROW_NAMES = {"mle": "MLE+Pgen (no reward)", "rouge_l": "Mixed w/ ROUGE-L", "wms": "Mixed w/ WMS",
              "sms": "Mixed w/ SMS", "s_wms": "Mixed w/ S+WMS", "qa_conf": "Mixed w/ QAconf",
-             "qa_fscore": "Mixed w/ QAfscore", "qa_learned": "Mixed w/ QA learned", "qa_equally": "Mixed w/ QA equally"}
+             "qa_fscore": "Mixed w/ QAfscore", "qa_learned": "Mixed w/ QA learned", "qa_equally": "Mixed w/ QA equally",
+             "ls_score": "Mixed w/ LS-Score", "qa_learned_ls": "Mixed w/ QA learned + LS-Score"}
 # Bottom-up copying (conf/experiment/bottom_up_sample_grid.yaml): runs named bottom_up_<reward>.
 ROW_NAMES |= {f"bottom_up_{name}": "Bottom-up " + row.removeprefix("MLE+Pgen ")
               for name, row in list(ROW_NAMES.items())}
@@ -53,9 +54,9 @@ for data in ("cnndm", "cnndm_sample"):
         ("", ""), ("_tldr", " + TL;DR"), ("_val", " + CNN-DM (VAL)"), ("_test", " + CNN-DM (TEST)"))}
 # The metric each reward run optimised: Table 4's diagonal compares it with the MLE row's.
 OWN_METRIC = {"rouge_l": "rougeL", "wms": "wms", "sms": "sms", "s_wms": "s_wms", "qa_conf": "qa_conf",
-              "qa_fscore": "qa_fscore"}
+              "qa_fscore": "qa_fscore", "ls_score": "ls_score"}
 OWN_METRIC |= {f"bottom_up_{name}": metric for name, metric in OWN_METRIC.items()}
-STORED_METRICS = ("qa_conf", "qa_fscore")  # test-time scores of runs that had them as metrics
+STORED_METRICS = ("qa_conf", "qa_fscore", "ls_score")  # test-time scores of runs that had them as metrics
 LEVEL = 0.95
 
 
@@ -166,7 +167,8 @@ def read_summaries(run: Path) -> list[dict]:
 
 def score_run(run: Path, metrics: dict) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
     """The run's means (and `n`), and its scores per article id. ROUGE and `metrics` are computed anew; the QA
-    metrics, which read the article (not in summaries.jsonl), are taken as the run scored them at test time."""
+    metrics and LS-Score, which read the article (not in summaries.jsonl), are taken as the run scored them at test
+    time."""
     path = run / "summaries.jsonl"
     rows = read_summaries(run)
     hyps = [split_at_sentence_ends(r["summary"].split()) for r in rows]

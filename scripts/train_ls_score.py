@@ -230,7 +230,8 @@ of words deleted; words shuffled within sentences; {args.insert_sentences} artic
 - Recipe: encoder {args.encoder or 'all-MiniLM-L6-v2'}, top {args.train_layers} layers trained, article
   {args.max_article_tokens} / summary {args.max_summary_tokens} tokens, {args.batch_size} articles per step,
   AdamW lr {args.lr}; {step} steps.
-- Wall time: {train_seconds / 60:.1f} minutes of training, {wall / 60:.1f} in all, on {torch.get_num_threads()} thread(s).
+- Wall time: {train_seconds / 60:.1f} minutes of training, {wall / 60:.1f} in all, on {torch.get_num_threads()}
+  thread(s).
 - Checkpoint (ls_score.pt): step {best['step']}, validation pairwise accuracy {best['accuracy']:.4f}
   (deleted {best['deleted']:.4f}, shuffled {best['shuffled']:.4f}, inserted {best['inserted']:.4f});
   untrained: {history[0]['accuracy']:.4f}.

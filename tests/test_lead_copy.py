@@ -14,7 +14,7 @@ def pad(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
 
 def test_lead_lengths_stop_after_the_third_sentence():
     source, lengths = pad([[5, 6, DOT, 7, BANG, 8, 9, DOT, 10, 11, DOT], [5, 6, DOT, 7]])
-    assert lead_lengths(source, lengths, torch.tensor([DOT, BANG])).tolist() == [8, 4]  # 3 sentences; all of a short one
+    assert lead_lengths(source, lengths, torch.tensor([DOT, BANG])).tolist() == [8, 4]  # 3 sentences, or all
 
 
 def test_lead_copy_rate_hand_computed():
