@@ -61,7 +61,8 @@ def test_trainer_options_compose():
 def test_experiments_compose_with_stage_settings(experiment, reward):
     cfg = compose_train([f"experiment={experiment}", f"reward={reward}", "mle_checkpoint=/x/best.ckpt"])
     assert cfg.stage == ("mle" if reward == "mle" else "mixed")
-    assert cfg.monitor.metric == ("val/loss" if reward == "mle" else "val/reward")
+    assert cfg.monitor.metric == ("val/loss" if reward == "mle" else f"val/{cfg.select_by}")
+    assert cfg.module.select_by == cfg.select_by
     assert cfg.init_from == (None if reward == "mle" else "/x/best.ckpt")
     module_cfg = OmegaConf.to_container(cfg.module, resolve=True)
     assert module_cfg["optimizer"]["lr"] == cfg.stages[cfg.stage].lr

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from test_scripts import load_script
 from trainer.checkpoints import CheckpointError
@@ -157,3 +158,37 @@ def test_best_checkpoint_is_the_start_when_training_never_beats_it(mle_run):
     assert global_step(tmp / "flat" / "checkpoints" / "best.ckpt") == 0
     assert global_step(tmp / "flat" / "checkpoints" / "last.ckpt") == 4
     assert "at step 0 (Δ +0.0000" in (tmp / "flat" / "val_summary.txt").read_text()
+
+
+@pytest.mark.slow
+def test_a_seed_sweep_runs_one_grid_per_seed_and_table4_pools_them(tmp_path, capsys):
+    """`-m experiment=demo_grid reward=mle,rouge_l seed=0,1`: each seed's mixed run starts from that seed's MLE run
+    (its lineage names it), and table4 reads the sweep as one row per reward over two seeds."""
+    sweep = tmp_path / "sweep"
+    overrides = ["-m", "experiment=demo_grid", "reward=mle,rouge_l", "seed=0,1", f"hydra.sweep.dir={sweep}",
+                 f"cache_dir={tmp_path / 'cache'}", "threads=1",
+                 *[o for o in TINY if not o.startswith(("threads", "trainer.val_check"))],
+                 "stages.mle.steps=6", "stages.mle.val_every=3", "stages.mixed.steps=2", "stages.mixed.val_every=1",
+                 "data.val_sample_size=8", "module.samples_to_log=0"]
+    done = subprocess.run([sys.executable, "-m", "trainer.train", *overrides], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    configs = {(s, r): OmegaConf.load(sweep / f"seed_{s}" / r / "config.yaml") for s in (0, 1) for r in ("mle", "rouge_l")}
+    for seed in (0, 1):
+        assert configs[seed, "rouge_l"].lineage == [configs[seed, "mle"].run_id]
+        assert configs[seed, "rouge_l"].init_from.endswith(f"seed_{seed}/mle/checkpoints/best.ckpt")
+    assert configs[0, "mle"].run_id != configs[1, "mle"].run_id
+    load_script("table4").main([str(sweep), "--metrics", "--out", str(tmp_path)])
+    report = capsys.readouterr().out
+    assert "2 seeds pooled" in report and " of 2 seeds significant: seed 0 " in report
+
+
+def test_a_sweep_stops_at_its_first_failed_point(tmp_path):
+    """A failed MLE point must not let the reward points start from whatever it left (Hydra's basic sweeper would run
+    them all, then raise): `hydra.sweeper.max_batch_size=1` launches one point at a time and stops at a failure."""
+    sweep = tmp_path / "sweep"
+    done = subprocess.run([sys.executable, "-m", "trainer.train", "-m", "experiment=demo_grid", "reward=mle,rouge_l",
+                           "stages.mle.steps=0", f"hydra.sweep.dir={sweep}", f"cache_dir={tmp_path / 'cache'}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "trainer.max_steps=0 trains nothing" in done.stderr
+    assert not (sweep / "seed_0" / "rouge_l").exists()
