@@ -36,7 +36,8 @@ def grid_command(seed: int, threads: int, folder: Path, overrides: list[str]) ->
     return shlex.join(train) + " && " + shlex.join(table4)
 
 
-def run_grids(grids: list[tuple[int, int]], out: Path, overrides: list[str], cores: int) -> dict[tuple[int, int], float]:
+def run_grids(grids: list[tuple[int, int]], out: Path, overrides: list[str], cores: int
+              ) -> dict[tuple[int, int], float]:
     """Run each (threads, seed) grid not yet done, as many at once as their threads fit in `cores`; their wall
     times in seconds (None for grids done before)."""
     pending = [g for g in grids if not (out / f"t{g[0]}_s{g[1]}" / "table4.json").exists()]

@@ -173,7 +173,8 @@ def test_a_seed_sweep_runs_one_grid_per_seed_and_table4_pools_them(tmp_path, cap
     done = subprocess.run([sys.executable, "-m", "trainer.train", *overrides], cwd=ROOT, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    configs = {(s, r): OmegaConf.load(sweep / f"seed_{s}" / r / "config.yaml") for s in (0, 1) for r in ("mle", "rouge_l")}
+    configs = {(s, r): OmegaConf.load(sweep / f"seed_{s}" / r / "config.yaml")
+               for s in (0, 1) for r in ("mle", "rouge_l")}
     for seed in (0, 1):
         assert configs[seed, "rouge_l"].lineage == [configs[seed, "mle"].run_id]
         assert configs[seed, "rouge_l"].init_from.endswith(f"seed_{seed}/mle/checkpoints/best.ckpt")
