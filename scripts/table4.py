@@ -115,6 +115,12 @@ def find_runs(paths: list[Path]) -> list[Path]:
     return runs
 
 
+def default_out(runs: list[Path]) -> Path:
+    """The sweep that holds all the runs (the folder with Hydra's multirun.yaml), else their common folder."""
+    common = Path(os.path.commonpath([run.resolve() for run in runs]))
+    return next((p for p in [common, *common.parents] if (p / "multirun.yaml").exists()), common)
+
+
 def pair_with_baselines(runs: list[Run], baseline: str) -> dict[Path, Run]:
     """Each non-baseline run's baseline run: the one it started from (its lineage), or, for runs that do not
     record one, the baseline run of its seed. Two runs of one name and seed are not seeds of one grid: refused."""
@@ -381,8 +387,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="reward configs (conf/reward/) used as test-time metrics")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="overrides of the metric configs, e.g. wms.embeddings.path=glove.840B.300d.txt")
-    parser.add_argument("--out", type=Path, help="where to write table4.md/csv/json/png (default: the folder "
-                                                  "holding all the runs, e.g. the sweep)")
+    parser.add_argument("--out", type=Path, help="where to write table4.md/csv/json/png (default: the sweep "
+                                                  "holding all the runs, else their common folder)")
     parser.add_argument("--baseline", default="mle", help="the run name of the row the others are compared with "
                                                           "(bottom_up_mle for the bottom-up grid)")
     parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples per interval")
@@ -423,7 +429,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         print(f"table4: no intervals were computed (they need the {baseline} run, run_name {args.baseline}, "
               "and at least one other)", file=sys.stderr)
-    out = args.out or Path(os.path.commonpath([run.path.resolve() for run in runs]))
+    out = args.out or default_out([run.path for run in runs])
     out.mkdir(parents=True, exist_ok=True)
     labelled = {(run.row if len(row_runs) == 1 else f"{run.row} (seed {run.seed})"): run.path
                 for row_runs in rows.values() for run in row_runs}
