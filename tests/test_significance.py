@@ -382,3 +382,10 @@ def test_demo_robustness_counts_grids_whose_whole_diagonal_is_significant(tmp_pa
                                                "smallest_delta": 2.0, "significant": 1, "best_row": 2}
     assert data["per_reward"]["wms"]["best_row"] == 0
     assert "**1 of 2 grids** have all four diagonals significant" in capsys.readouterr().out
+
+
+def test_table4_writes_into_the_sweep_that_holds_the_runs(seed_grid, capsys):
+    """A seed's folder inside a sweep: the report goes to the sweep (where multirun.yaml is), not to seed_0/."""
+    (seed_grid / "table4.md").unlink(missing_ok=True)
+    load_script("table4").main([str(seed_grid / "seed_0"), "--metrics"])
+    assert (seed_grid / "table4.md").exists() and not (seed_grid / "seed_0" / "table4.md").exists()
