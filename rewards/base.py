@@ -112,6 +112,16 @@ class Reward(Protocol):
     def __call__(self, inputs: RewardInput) -> Tensor: ...
 
 
+def reward_bounds(reward: Reward) -> tuple[float, float]:
+    """The range a reward's values lie in: its `bounds` if it declares them (LS-Score's can be negative), [0, 1]
+    otherwise; a weighted sum's follow from its terms'."""
+    if isinstance(reward, WeightedSum):
+        parts = [(reward.weights[k] * lo, reward.weights[k] * hi) for k, (lo, hi) in
+                 ((k, reward_bounds(t)) for k, t in reward.terms.items())]
+        return sum(min(p) for p in parts), sum(max(p) for p in parts)
+    return getattr(reward, "bounds", (0.0, 1.0))
+
+
 def zero_where_not_applicable(values: Tensor, inputs: RewardInput) -> Tensor:
     """A reference-based reward's values, 0 where it does not apply: no reference, or NaN.
     `torch.where`, not a product: NaN·0 is NaN."""

@@ -14,6 +14,7 @@ Trained offline by `scripts/train_ls_score.py`.
 from __future__ import annotations
 
 import random
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -181,6 +182,9 @@ class LSScore:
         self.tokenizer, self.scorer = load_scorer(checkpoint, **overrides)
         self.scorer.eval().requires_grad_(False)
         self.name, self.batch_size = name, batch_size
+        # L, a mean log-probability, is at most 0 and unbounded below; S, a cosine, lies in [-1, 1]
+        alpha, beta = self.scorer.config.alpha, self.scorer.config.beta
+        self.bounds = (-math.inf if alpha > 0 else -beta, beta)
         self._articles: dict[tuple[str, int], Tensor] = {}
         self.diagnostics: dict[str, float] = {}
 

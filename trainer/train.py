@@ -38,6 +38,17 @@ OmegaConf.register_new_resolver("run_dir_of", lambda ckpt, default: str(run_dir_
 # Each start keeps Hydra's records in .hydra/<attempt>/ (conf/train.yaml): a refused start overwrites no other's.
 ATTEMPT = f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{os.getpid()}"
 OmegaConf.register_new_resolver("attempt", lambda: ATTEMPT, replace=True)
+
+
+def attempt_log(output_dir: str, job: str) -> str:
+    """This start's log file, `<run>/.hydra/<attempt>/<job>.log`, its folder made here: a DDP rank that Lightning
+    starts with hydra.output_subdir=null would otherwise log into a folder nobody made."""
+    folder = Path(output_dir) / ".hydra" / ATTEMPT
+    folder.mkdir(parents=True, exist_ok=True)
+    return str(folder / f"{job}.log")
+
+
+OmegaConf.register_new_resolver("attempt_log", attempt_log, replace=True)
 RESUME_KEYS = ("seed", "stage", "data", "model", "optimizer", "module")  # a resume must not change these
 
 
