@@ -13,7 +13,7 @@ import pytest
 from scipy import stats
 
 from test_scripts import load_script, write_jsonl
-from trainer.significance import Interval, compare_to_baseline, paired_bootstrap, pooled_bootstrap
+from trainer.significance import Interval, paired_bootstrap, paired_differences, pooled_bootstrap
 
 
 # ---------------------------------------------------------------- paired_bootstrap
@@ -98,7 +98,12 @@ def test_pooled_bootstrap_refuses_empty_seeds():
         pooled_bootstrap([np.ones(3), np.array([])])
 
 
-# ---------------------------------------------------------------- compare_to_baseline
+# ---------------------------------------------------------------- paired_differences (articles paired by id)
+
+def row_interval(per_article: dict) -> Interval:
+    """The paired interval of the row "row" against the baseline "mle" on metric "m", as table4 forms it."""
+    return paired_bootstrap(paired_differences(per_article["row"], per_article["mle"], "m", "row", "mle"))
+
 
 def scores_by_id(values: np.ndarray) -> dict[str, dict[str, float]]:
     return {f"a{i:03d}": {"m": float(v)} for i, v in enumerate(values)}
@@ -115,7 +120,7 @@ def test_articles_are_paired_by_id_not_by_position():
     # position would see noise, a pairing by id sees exactly +2 in every resample.
     base = np.random.default_rng(0).normal(size=100)
     per_article = {"mle": scores_by_id(base), "row": shuffled(scores_by_id(base + 2.0), 1)}
-    interval = compare_to_baseline(per_article, "mle", ["m"])["row"]["m"]
+    interval = row_interval(per_article)
     assert (interval.mean, interval.low, interval.high) == pytest.approx((2.0, 2.0, 2.0), abs=1e-12)
 
 
@@ -124,9 +129,9 @@ def test_row_order_does_not_change_the_interval():
     base, row = rng.normal(size=150), rng.normal(0.2, 1.0, size=150)
     per_article = {"mle": scores_by_id(base), "row": scores_by_id(row)}
     expected = paired_bootstrap(row - base)
-    assert compare_to_baseline(per_article, "mle", ["m"])["row"]["m"] == expected
+    assert row_interval(per_article) == expected
     per_article = {"mle": shuffled(per_article["mle"], 3), "row": shuffled(per_article["row"], 4)}
-    assert compare_to_baseline(per_article, "mle", ["m"])["row"]["m"] == expected
+    assert row_interval(per_article) == expected
 
 
 def test_articles_a_metric_does_not_apply_to_drop_out_of_its_pairs():
@@ -135,14 +140,14 @@ def test_articles_a_metric_does_not_apply_to_drop_out_of_its_pairs():
     per_article = {"mle": scores_by_id(base), "row": scores_by_id(row)}
     for scores in per_article.values():  # None, as trainer.evaluate leaves a mover's metric without reference content
         scores["a000"]["m"] = None
-    assert compare_to_baseline(per_article, "mle", ["m"])["row"]["m"] == paired_bootstrap(row[1:] - base[1:])
+    assert row_interval(per_article) == paired_bootstrap(row[1:] - base[1:])
 
 
 def test_mismatched_article_ids_raise():
     base = scores_by_id(np.zeros(10))
     row = {k: v for k, v in base.items() if k not in ("a000", "a001")} | {"extra": {"m": 1.0}}
     with pytest.raises(ValueError, match=r"'row': 3 article ids differ .*2 only in 'mle'"):
-        compare_to_baseline({"mle": base, "row": row}, "mle", ["m"])
+        row_interval({"mle": base, "row": row})
 
 
 # ---------------------------------------------------------------- table4.py

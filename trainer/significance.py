@@ -71,18 +71,3 @@ def paired_differences(scores: dict[str, dict[str, float | None]], base: dict[st
                          "the paired bootstrap needs both scored on the same articles")
     return np.array([scores[i][metric] - base[i][metric] for i in sorted(base)
                      if scores[i][metric] is not None and base[i][metric] is not None])
-
-
-def compare_to_baseline(per_article: dict[str, dict[str, dict[str, float | None]]], baseline: str,
-                        metrics: list[str], resamples: int = 1000, seed: int = 0, level: float = 0.95
-                        ) -> dict[str, dict[str, Interval]]:
-    """Intervals of (row − baseline) for every other row and each metric, articles paired by id.
-
-    `per_article` maps row -> article id -> {metric: score}. Every row must score exactly the
-    baseline's articles (`paired_differences`). Every cell reuses `seed`, so all intervals come from the same
-    resampled test sets.
-    """
-    base = per_article[baseline]
-    return {row: {m: paired_bootstrap(paired_differences(scores, base, m, row, baseline), resamples, seed, level)
-                  for m in metrics}
-            for row, scores in per_article.items() if row != baseline}
