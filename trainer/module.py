@@ -294,11 +294,10 @@ class SummarizationModule(pl.LightningModule):
         the test scores it), without the repeat penalty, over the test decoder's summaries of a labelled batch."""
         key = getattr(self.reward, "test_metric", self.reward.name)
         rows = self.summaries(beam_search(self.model, enc, **self.beam), batch)
-        _, scores = evaluate([r["summary"] for r in rows], [r["reference"] for r in rows],
-                             {} if key in ROUGE_KEYS else {key: self.reward}, device=self.device,
-                             sources=[r["article"] for r in rows])
-        values = [s[key] for s in scores if s[key] is not None]
-        return torch.tensor(sum(values) / len(values) if values else float("nan"))
+        means, _ = evaluate([r["summary"] for r in rows], [r["reference"] for r in rows],
+                            {} if key in ROUGE_KEYS else {key: self.reward}, device=self.device,
+                            sources=[r["article"] for r in rows])
+        return torch.tensor(means.get(key, float("nan")))  # evaluate's mean leaves out rows it does not apply to
 
     def sample_rows(self, batch: Batch, decoded: Decoded) -> list[dict[str, Any]]:
         """What the model writes for a labelled batch, one flat row per article: the reference; the greedy summary
