@@ -7,19 +7,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
 from models.pointer_generator import BiLSTMEncoder, EncoderOutput, PointerGenerator, PointerGeneratorConfig
-from rewards.embeddings import GloveEmbeddings
-from trainer.batch import Batch
-from trainer.checkpoints import CheckpointError, checkpoint_info
-from trainer.vocab import Vocabulary
-
-SELECTOR_STAGE = "selector"  # the stage recorded in a content selector's checkpoints
-
+from models.text.batch import Batch
+from models.text.vectors import word_vectors
+from models.text.vocab import Vocabulary
 
 def selection_labels(source: list[str], reference: list[str]) -> list[int]:
     """1 for each source token inside a span copied from the reference, else 0 (Gehrmann et al. 2018, §3).
@@ -99,31 +94,18 @@ class ContentSelector(nn.Module):
 def copy_glove(embedding: nn.Embedding, vocab: Vocabulary) -> int:
     """Copy GloVe 6B 50d vectors into the rows of the vocabulary's words that GloVe has; the other rows (specials,
     rare words) keep their initialisation. Returns the number of rows copied."""
-    glove = GloveEmbeddings().word_vectors
-    if embedding.embedding_dim != glove.matrix.shape[1]:
-        raise ValueError(f"GloVe vectors have {glove.matrix.shape[1]} dimensions, the embedding "
-                         f"{embedding.embedding_dim}: set model.config.emb_dim={glove.matrix.shape[1]}")
-    rows = [i for i, word in enumerate(vocab.itos) if word in glove.row]
-    vectors = glove.matrix[[glove.row[vocab.itos[i]] for i in rows]]
+    words, matrix = word_vectors()
+    if embedding.embedding_dim != matrix.shape[1]:
+        raise ValueError(f"GloVe vectors have {matrix.shape[1]} dimensions, the embedding "
+                         f"{embedding.embedding_dim}: set model.config.emb_dim={matrix.shape[1]}")
+    row: dict[str, int] = {}
+    for i, word in enumerate(words):
+        row.setdefault(word, i)  # the first (most frequent) entry wins
+    rows = [i for i, word in enumerate(vocab.itos) if word in row]
+    vectors = matrix[[row[vocab.itos[i]] for i in rows]]
     with torch.no_grad():
         embedding.weight[rows] = torch.from_numpy(vectors).to(embedding.weight)
     return len(rows)
-
-
-def load_content_selector(path: str | Path, vocab_size: int) -> ContentSelector:
-    """A trained content selector from its checkpoint, frozen: eval mode, no gradients."""
-    info = checkpoint_info(path)
-    if info.get("stage") != SELECTOR_STAGE:
-        raise CheckpointError(f"checkpoint {path} is not a content selector (its stage is {info.get('stage')!r}): "
-                              f"train one with model=content_selector")
-    config = ContentSelectorConfig(**info["model_config"])
-    if config.vocab_size != vocab_size:
-        raise CheckpointError(f"content selector {path} has vocab_size {config.vocab_size}, this run "
-                              f"{vocab_size}: train the selector on the same data")
-    model = ContentSelector(config)
-    model.load_state_dict({k.removeprefix("model."): v for k, v in info["state_dict"].items()
-                           if k.startswith("model.")})
-    return model.eval().requires_grad_(False)
 
 
 class MaskedCopy(PointerGenerator):
@@ -159,20 +141,19 @@ class MaskedCopy(PointerGenerator):
 
 
 class BottomUp(MaskedCopy):
-    """Bottom-up copying with a trained content selector (`model=content_selector`). The selector is frozen and not
-    a submodule, so no optimizer, DDP wrapper or checkpoint sees it; it follows the articles' device and runs under
-    `inference_mode`."""
+    """Bottom-up copying with a trained content selector (`model=content_selector`), handed in frozen (the trainer
+    loads it: `trainer.checkpoints.load_content_selector`). It is not a submodule, so no optimizer, DDP wrapper or
+    checkpoint sees it; it follows the articles' device and runs under `inference_mode`."""
 
-    def __init__(self, config: PointerGeneratorConfig, selector: str, threshold: float = 0.15,
+    def __init__(self, config: PointerGeneratorConfig, selector: ContentSelector, threshold: float = 0.15,
                  renormalize: bool = False, scale: float = 2.0, mask_in_training: bool = False):
         super().__init__(config, threshold, renormalize, scale, mask_in_training)
-        self.selector_path = str(Path(selector).expanduser())
-        self.__dict__["selector"] = load_content_selector(self.selector_path, config.vocab_size)  # not registered
+        self.__dict__["selector"] = selector  # not registered
 
     @property
-    def frozen_checkpoints(self) -> list[str]:
-        """Checkpoints this model reads besides its own weights: `trainer.train` checks their vocabulary."""
-        return [self.selector_path]
+    def frozen_parts(self) -> list[nn.Module]:
+        """Trained parts this model holds besides its own weights: `trainer.train` checks their vocabulary."""
+        return [self.selector]
 
     def selection(self, batch: Batch) -> Tensor:
         selector = self.selector

@@ -1,8 +1,8 @@
 """Batched decoders for the pointer-generator: greedy, multinomial sampling, and beam search.
 
 Every decoder takes the encoded articles (`model.encode(batch)`, copy mask included) and returns extended ids
-(see `trainer.vocab`) masked after the first </s>: the </s> step counts in `lengths` and keeps its log-prob, later
-positions hold <pad> (0) with log-prob 0. <pad> and <s> are never emitted (so a <pad> in `ids` always means
+(see `models.text.vocab`) masked after the first </s>: the </s> step counts in `lengths` and keeps its log-prob,
+later positions hold <pad> (0) with log-prob 0. <pad> and <s> are never emitted (so a <pad> in `ids` always means
 "after </s>"). Rules on which tokens may come next are step processors, applied the same way by every decoder.
 Decoders run in the model's current mode: call `model.eval()` first unless dropout is wanted.
 """

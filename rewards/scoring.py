@@ -23,9 +23,9 @@ from hydra.errors import ConfigCompositionException, OverrideParseException
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from models.text.records import DataError, numbered_lines
+from models.text.vocab import SENTENCE_END, Vocabulary, tokenize_sentences
 from rewards.base import Reward, RewardInput
-from trainer.sources import DataError, numbered_lines
-from trainer.vocab import SENTENCE_END, Vocabulary, tokenize_sentences
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 

@@ -29,13 +29,13 @@ from numba import njit
 from ot.lp.emd_wrap import emd_c
 from rouge_score import rouge_scorer
 
+from models.text.vocab import Vocabulary, split_at_sentence_ends
 from rewards.base import RewardInput
 from rewards.embeddings import STOPWORDS, GloveEmbeddings, WordVectors
 from rewards.mover import (SentenceMoverSimilarity, SentenceWordMoverSimilarity, WordMoverSimilarity,
                            document_bag, euclidean_costs, without_shared_mass)
 from rewards.rouge import RougeL
 from rewards.transport import MAX_PIVOTS, transport_cost
-from trainer.vocab import Vocabulary, split_at_sentence_ends
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 

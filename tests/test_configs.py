@@ -8,7 +8,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from conftest import write_selector_checkpoint
-from trainer.vocab import Vocabulary
+from models.text.vocab import Vocabulary
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 BASE = ["output_dir=/tmp/sumrl-test", "run_name=test", "cache_dir=/tmp/sumrl-test-cache"]
@@ -33,7 +33,7 @@ def test_group_options_compose_and_instantiate(group, tmp_path, tiny_qa_model, t
             overrides.append(f"data.train.path={tmp_path / 'd.jsonl'}")
         if option == "bottom_up":
             vocab = Vocabulary([f"w{i}" for i in range(96)])  # 100 entries with the specials, as below
-            overrides.append(f"model.selector={write_selector_checkpoint(tmp_path / 'selector.ckpt', vocab)}")
+            overrides.append(f"model.selector.path={write_selector_checkpoint(tmp_path / 'selector.ckpt', vocab)}")
         cfg = compose_train(overrides)
         node = {"data": cfg.data, "model": cfg.model, "optimizer": cfg.optimizer, "reward": cfg.reward,
                 "gamma": cfg.gamma, "logger": cfg.logger, "callbacks": cfg.callbacks}[group]
@@ -71,7 +71,7 @@ def test_experiments_compose_with_stage_settings(experiment, reward):
 def test_module_config_instantiates_with_reward_and_metrics():
     cfg = compose_train(["reward=rouge_l_sms"])
     from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
-    from trainer.vocab import Vocabulary
+    from models.text.vocab import Vocabulary
 
     module = instantiate(cfg.module, model=PointerGenerator(PointerGeneratorConfig(vocab_size=10)),
                          vocab=Vocabulary([]), output_dir="/tmp/x")
@@ -81,7 +81,7 @@ def test_module_config_instantiates_with_reward_and_metrics():
 def test_content_selector_config_brings_its_module_and_stage():
     from models.bottom_up import ContentSelector
     from trainer.selector_module import ContentSelectorModule
-    from trainer.vocab import Vocabulary
+    from models.text.vocab import Vocabulary
 
     cfg = compose_train(["model=content_selector", "module.glove=false"])
     assert (cfg.stage, cfg.monitor.metric, cfg.monitor.mode, cfg.init_from) == ("selector", "val/loss", "min", None)

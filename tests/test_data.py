@@ -2,11 +2,12 @@ import json
 
 import pytest
 
-from trainer.batch import Example, collate
+from models.text.batch import Example, collate
+from models.text.records import DataError
+from models.text.vocab import Vocabulary, tokenize_sentences
 from trainer.data import RatioSplit, SummarizationData, tokenize_records
 from trainer.demo import FIRST, DemoCorpus
-from trainer.sources import DataError, Fields, HubDataset, LocalFile
-from trainer.vocab import Vocabulary, tokenize_sentences
+from trainer.sources import Fields, HubDataset, LocalFile
 
 
 def write_jsonl(path, rows):

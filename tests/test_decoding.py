@@ -11,8 +11,8 @@ from rouge_score import rouge_scorer
 from models.decoding import (Decoded, _multinomial, beam_search, check_beam_settings, greedy, rollout_rows, sample,
                              sample_and_greedy, sample_categorical)
 from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
-from trainer.batch import Batch, Example, collate
-from trainer.vocab import Vocabulary
+from models.text.batch import Batch, Example, collate
+from models.text.vocab import Vocabulary
 
 NAMES = "zorblax quimbey fennick glorbo trastel vumble plonkett sizzard brindle koffa snerdle wopple".split()
 VERBS = "visited painted sold found built cleaned bought opened".split()

@@ -12,10 +12,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from models.text.batch import Example
+from models.text.vocab import Vocabulary
 from rewards.base import RewardInput
 from rewards.ls_score import LSConfig, LSScore, LSScorer, Negatives, load_scorer, ranking_loss, tokenize_batch
-from trainer.batch import Example
-from trainer.vocab import Vocabulary
 
 
 @pytest.fixture()

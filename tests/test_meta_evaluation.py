@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from models.text.vocab import Vocabulary
 from rewards.base import RewardInput
 from rewards.correlation import dominance, input_level_pairs, system_level, williams_test
 from rewards.msr_compression import RATING_CODES, judged_rows, read_msr
 from rewards.rouge import RougeN, multi_reference_recall
 from rewards.scoring import InputError, tokenize
-from trainer.vocab import Vocabulary
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 CHAGANTY = Path("/work/shared/data/human/chaganty2018_cnndm.jsonl")

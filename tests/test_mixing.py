@@ -12,16 +12,16 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
+from models.text.batch import Example, collate
+from models.text.vocab import Vocabulary
 from rewards.base import RewardInput, WeightedSum
 from rewards.rouge import RougeL
-from trainer.batch import Example, collate
 from trainer.data import MixedShuffle, RatioSplit, SummarizationData, Unlabelled
 from trainer.demo import DemoCorpus
 from trainer.module import SummarizationModule
 from trainer.schedules import Constant
 from trainer.sources import Fields, LocalFile
 from trainer.train import SettingsError, run
-from trainer.vocab import Vocabulary
 
 from test_resume import losses
 from test_train import ROOT, compose_run, logged

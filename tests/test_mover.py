@@ -10,18 +10,23 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from models.text.vocab import Vocabulary
 from rewards.base import RewardInput, WeightedSum
-from rewards.embeddings import STOPWORDS, ContextualEmbeddings, GloveEmbeddings, WordVectors
+from rewards.embeddings import STOPWORDS, GloveEmbeddings, WordVectors
 from rewards.mover import SentenceMoverSimilarity, SentenceWordMoverSimilarity, WordMoverSimilarity
 from rewards.rouge import RougeL
 from trainer.evaluate import evaluate
-from trainer.vocab import Vocabulary
 
 MOVERS = [WordMoverSimilarity, SentenceMoverSimilarity, SentenceWordMoverSimilarity]
 CONF = Path(__file__).resolve().parents[1] / "conf" / "reward"
 
 # A made-up 2-d table for hand-computable transport problems.
 PLANE = {"cat": [0.0, 0.0], "dog": [0.0, 4.0], "fish": [3.0, 4.0]}
+
+
+def word_table(vectors):
+    """Type-based vectors from a word → vector dict."""
+    return WordVectors(list(vectors), np.array(list(vectors.values()), dtype=np.float32))
 
 
 def rng_table(words, dim=8, seed=0):
@@ -89,7 +94,7 @@ def test_matches_per_pair_pot_on_random_documents(reward_cls):
     rng = random.Random(1)
     docs = [(random_document(rng), random_document(rng)) for _ in range(150)]
     hyps = [[t for s in h for t in s] for h, _ in docs]
-    ours = score(reward_cls, WordVectors.from_dict(TABLE), hyps, [r for _, r in docs])
+    ours = score(reward_cls, word_table(TABLE), hyps, [r for _, r in docs])
     expected = [reference_similarity(split_sentences(h), r, TABLE, reward_cls.name) for h, (_, r) in zip(hyps, docs)]
     np.testing.assert_allclose(ours.double().numpy(), expected, rtol=0, atol=1e-6)  # NaN where expected NaN
     assert 0.05 < np.nanmean(expected) < 0.95  # neither all-degenerate nor trivial
@@ -101,7 +106,7 @@ def test_one_thread_and_several_threads_agree(threads):
     rng = random.Random(5)
     docs = [(random_document(rng), random_document(rng)) for _ in range(50)]
     hyps, refs = [[t for s in h for t in s] for h, _ in docs], [r for _, r in docs]
-    embeddings, default = WordVectors.from_dict(TABLE), torch.get_num_threads()
+    embeddings, default = word_table(TABLE), torch.get_num_threads()
     try:
         torch.set_num_threads(1)
         one = score(SentenceWordMoverSimilarity, embeddings, hyps, refs)
@@ -117,7 +122,7 @@ def test_identity_and_symmetry(reward_cls):
     rng = random.Random(2)
     docs = [d for d in (random_document(rng) for _ in range(80)) if any(content_words(s, TABLE) for s in d)][:40]
     flat = [[t for s in d for t in s] for d in docs]
-    embeddings = WordVectors.from_dict(TABLE)
+    embeddings = word_table(TABLE)
     assert score(reward_cls, embeddings, flat, docs).tolist() == pytest.approx([1.0] * 40, abs=1e-6)
     forward = score(reward_cls, embeddings, flat[:20], docs[20:])
     backward = score(reward_cls, embeddings, flat[20:], docs[:20])
@@ -134,13 +139,13 @@ def test_identity_and_symmetry(reward_cls):
     (SentenceWordMoverSimilarity, 1.0),
 ])
 def test_hand_computed_two_sentence_case(reward_cls, distance):
-    out = score(reward_cls, WordVectors.from_dict(PLANE), [["cat", "dog", ".", "fish", "."]],
+    out = score(reward_cls, word_table(PLANE), [["cat", "dog", ".", "fish", "."]],
                 [[["cat", "."], ["dog", "fish", "."]]])
     assert out.item() == pytest.approx(math.exp(-distance), abs=1e-6)
 
 
 def test_hand_computed_two_word_case():
-    out = score(WordMoverSimilarity, WordVectors.from_dict(PLANE), [["cat", "dog"]], [[["cat", "fish"]]])
+    out = score(WordMoverSimilarity, word_table(PLANE), [["cat", "dog"]], [[["cat", "fish"]]])
     assert out.item() == pytest.approx(math.exp(-1.5), abs=1e-6)  # not cat->fish + dog->cat (4.5)
 
 
@@ -148,7 +153,7 @@ def test_hand_computed_two_word_case():
 def test_degenerate_inputs_have_defined_values(reward_cls):
     hyps = [[], ["the", "."], ["the", "."], ["cat", "."], ["cat"], ["dog", "cat"], []]
     refs = [[["dog", "."]], [["of", "a", "."]], [["cat", "."]], [["of", "."]], None, [["fish"]], None]
-    out = score(reward_cls, WordVectors.from_dict(PLANE), hyps, refs)
+    out = score(reward_cls, word_table(PLANE), hyps, refs)
     # "dog cat" -> "fish": words (3 + 5) / 2; sentences (0, 2) -> (3, 4)
     one_sentence = {"wms": math.exp(-(3 + 5) / 2), "sms": math.exp(-math.dist([0, 2], [3, 4]))}
     one_sentence["s_wms"] = math.exp(-(0.5 * (3 + 5) / 2 + 0.5 * math.dist([0, 2], [3, 4])))
@@ -161,19 +166,19 @@ def test_degenerate_inputs_have_defined_values(reward_cls):
 def test_a_solve_that_did_not_converge_is_an_error_naming_its_rows(monkeypatch):
     monkeypatch.setattr("rewards.mover.batch_similarities", lambda *args: np.array([0.5, np.nan, 0.2]))
     with pytest.raises(RuntimeError, match=r"wms: the transport simplex did not converge for batch rows \[1\]"):
-        score(WordMoverSimilarity, WordVectors.from_dict(PLANE), [["cat"]] * 3, [[["dog"]]] * 3)
+        score(WordMoverSimilarity, word_table(PLANE), [["cat"]] * 3, [[["dog"]]] * 3)
 
 
 @pytest.mark.parametrize("reward_cls", MOVERS)
 def test_batch_without_any_content_word_in_its_hypotheses(reward_cls):
     # An untrained model's samples: no hypothesis of the batch keeps a word after preprocessing.
-    out = score(reward_cls, WordVectors.from_dict(PLANE), [[], ["the", "."]], [[["cat", "."]], [["of", "."]]])
+    out = score(reward_cls, word_table(PLANE), [[], ["the", "."]], [[["cat", "."]], [["of", "."]]])
     assert out.tolist() == [0.0, 0.0]
 
 
 def test_copied_and_reference_only_oov_words_get_their_own_vectors():
     vocab = Vocabulary(["cat", "."])  # fish and dog are outside the vocabulary
-    embeddings = WordVectors.from_dict(PLANE)
+    embeddings = word_table(PLANE)
     inputs = RewardInput.from_texts([["fish", "."], ["fish"]], [[["dog", "."]], [["fish"]]], vocab,
                                     sources=[["fish", "swims"], []])
     assert inputs.hyp[0, 0].item() == len(vocab)  # copied article OOV: first extended id
@@ -182,7 +187,7 @@ def test_copied_and_reference_only_oov_words_get_their_own_vectors():
 
 
 def test_oov_vectors_follow_the_batch():
-    vocab, embeddings = Vocabulary(["cat", "."]), WordVectors.from_dict({**PLANE, "bird": [3.0, 0.0]})
+    vocab, embeddings = Vocabulary(["cat", "."]), word_table({**PLANE, "bird": [3.0, 0.0]})
     reward = WordMoverSimilarity(embeddings)
     # OOV lists [dog, fish] then [dog, bird]: same shape, so a stale per-batch table would show
     first = reward(RewardInput.from_texts([["fish"]], [[["dog"]]], vocab))
@@ -191,7 +196,7 @@ def test_oov_vectors_follow_the_batch():
 
 
 def test_weighted_sum_zeroes_reference_terms_that_do_not_apply():
-    embeddings = WordVectors.from_dict(PLANE)
+    embeddings = word_table(PLANE)
     inputs = RewardInput.from_texts([["cat", "dog"], ["cat", "dog"], ["the", "cat"]],
                                     [[["cat", "fish"]], None, [["the", "."]]], Vocabulary(PLANE))
     reward = WeightedSum({"rouge_l": RougeL(), "sms": SentenceMoverSimilarity(embeddings)},
@@ -204,7 +209,7 @@ def test_weighted_sum_zeroes_reference_terms_that_do_not_apply():
 
 def test_evaluation_means_leave_out_examples_a_metric_does_not_apply_to(caplog):
     hyps, refs = [[["cat", "."]], [["cat", "."]]], [[["cat", "."]], [["the", "."]]]
-    means, per_example = evaluate(hyps, refs, {"wms": WordMoverSimilarity(WordVectors.from_dict(PLANE))})
+    means, per_example = evaluate(hyps, refs, {"wms": WordMoverSimilarity(word_table(PLANE))})
     assert [row["wms"] for row in per_example] == [pytest.approx(1000.0), None]
     assert means["wms"] == pytest.approx(1000.0)
     assert "wms does not apply to 1 of 2 examples" in caplog.text
@@ -252,16 +257,6 @@ def test_table1_order_invariance_and_repetition_penalty_with_glove(reward_cls):
     assert repetition < human - 1e-4
 
 
-def test_contextual_embeddings_identity_and_range():
-    embeddings = ContextualEmbeddings()
-    hyps = [SNOW_HUMAN.split(), SNOW_REPETITION.split()]
-    refs = [[s.split() for s in SNOW_HUMAN.replace(" . ", " .\n").split("\n")]] * 2
-    vocab = Vocabulary.build(hyps, 1000)
-    out = SentenceWordMoverSimilarity(embeddings)(RewardInput.from_texts(hyps, refs, vocab))
-    assert out[0].item() == pytest.approx(1.0, abs=1e-5)
-    assert 0 < out[1].item() < out[0].item()
-
-
 def test_hydra_configs_instantiate_their_classes():
     expected = {"rouge_l": RougeL, "wms": WordMoverSimilarity, "sms": SentenceMoverSimilarity,
                 "s_wms": SentenceWordMoverSimilarity, "rouge_l_sms": WeightedSum}
@@ -278,7 +273,7 @@ def test_hydra_configs_instantiate_their_classes():
 @pytest.mark.parametrize("reward_cls", MOVERS)
 def test_reward_on_cuda_stays_on_cuda(reward_cls):
     hyps, refs = [["cat", "dog", ".", "fish", "."]], [[["cat", "."], ["dog", "fish", "."]]]
-    embeddings = WordVectors.from_dict(PLANE)
+    embeddings = word_table(PLANE)
     on_gpu = score(reward_cls, embeddings, hyps, refs, device="cuda")
     assert on_gpu.device.type == "cuda"
     torch.testing.assert_close(on_gpu.cpu(), score(reward_cls, embeddings, hyps, refs), rtol=0, atol=1e-6)

@@ -3,8 +3,8 @@ import torch
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from models.pointer_generator import BiLSTMEncoder, PointerGenerator, PointerGeneratorConfig
-from trainer.batch import Example, collate
-from trainer.vocab import Vocabulary
+from models.text.batch import Example, collate
+from models.text.vocab import Vocabulary
 
 WORDS = "the cat sat on a mat dog ran to park and . big red".split()
 

@@ -12,12 +12,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
+from models.text.records import DataError
+from models.text.vocab import Vocabulary
 from rewards.base import RewardInput, reward_bounds
 from rewards.mover import MoverSimilarity
 from rewards.scoring import compose_rewards, hypothesis_tokens, tokenize
 from trainer.data import SummarizationData
-from trainer.sources import DataError, LocalFile
-from trainer.vocab import Vocabulary
+from trainer.sources import LocalFile
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "reward"
 REWARDS = sorted(p.stem for p in CONF.glob("*.yaml") if "_target_" in OmegaConf.load(p))

@@ -5,11 +5,11 @@ import math
 import pytest
 import torch
 
+from models.text.vocab import Vocabulary
 from rewards.base import RewardInput, WeightedSum
 from rewards.qa import (MASK, ClozeQuestions, ExtractiveQA, QAMetrics, QAScore, SalientSpans, SpacyEntities, cloze,
                         normalize_answer, shared_metrics, squad_f1)
 from rewards.rouge import RougeL
-from trainer.vocab import Vocabulary
 
 ARTICLE = ("The president of France visited Berlin on Monday with 300 soldiers. He met Angela Merkel in Berlin. "
            "The report said police in Paris was in court yesterday.")

@@ -6,13 +6,13 @@ from torch.utils.data import DataLoader
 
 from models.decoding import rollout_rows, sample_and_greedy
 from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
+from models.text.batch import Example, collate
+from models.text.vocab import Vocabulary
 from rewards.base import RewardInput
 from rewards.rouge import RougeL
 from trainer.baselines import GreedyBaseline, LeaveOneOut
-from trainer.batch import Example, collate
 from trainer.module import SummarizationModule, self_critical_loss
 from trainer.schedules import Constant
-from trainer.vocab import Vocabulary
 
 
 def test_self_critical_loss_sign_and_eos_mask():

@@ -4,9 +4,9 @@ import pytest
 import torch
 from rouge_score import rouge_scorer
 
+from models.text.vocab import Vocabulary
 from rewards.base import RewardInput
 from rewards.rouge import RougeL, lcs_lengths
-from trainer.vocab import Vocabulary
 
 
 class WhitespaceTokenizer:

@@ -14,7 +14,7 @@ from rewards.base import WeightedSum
 from test_rl import tiny_module
 from test_scripts import load_script
 from test_train import compose_run, logged
-from trainer.batch import Example
+from models.text.batch import Example
 from trainer.diagnostics import distinct_ngram_ratio
 from trainer.samples import choose_articles
 from trainer.train import run

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from models.text.records import DataError
 from rewards.correlation import correlation, williams_matrix, williams_test
 from rewards.scoring import InputError, read_jsonl
-from trainer.sources import DataError
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 

@@ -6,8 +6,9 @@
 - `BestCheckpoint` keeps `best.ckpt` and its score, found in the run's own folder when the run was moved or copied.
 - `AtomicCheckpointIO` writes every checkpoint beside its target and renames it: a kill mid-write leaves
   the previous file whole.
-- `checkpoint_info` / `load_model_weights` / `check_resume` refuse a checkpoint built on another vocabulary or
-  model, or from another stage, naming the file and what differs.
+- `checkpoint_info` / `load_model_weights` / `load_content_selector` / `check_resume` refuse a checkpoint built on
+  another vocabulary or model, or from another stage, naming the file and what differs. They are the one loader of
+  weights: the trainer loads frozen parts (the content selector) and the config hands them to the model.
 """
 from __future__ import annotations
 
@@ -26,7 +27,10 @@ from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 from pytorch_lightning.callbacks import Checkpoint, ModelCheckpoint
 from pytorch_lightning.plugins.environments import SLURMEnvironment
 
-from trainer.vocab import Vocabulary
+from models.bottom_up import ContentSelector, ContentSelectorConfig
+from models.text.vocab import Vocabulary
+
+SELECTOR_STAGE = "selector"  # the stage recorded in a content selector's checkpoints
 
 
 class CheckpointError(ValueError):
@@ -193,12 +197,31 @@ def check_compatible(info: dict[str, Any], path: str | Path, model: torch.nn.Mod
                                   f"{ours_config.get(key)}: set model.config.{key}={value}")
 
 
+def load_weights(model: torch.nn.Module, info: dict[str, Any]) -> None:
+    """The model's weights from a checkpoint's (`checkpoint_info`) state dict: the module's `model.` entries."""
+    model.load_state_dict({k.removeprefix("model."): v for k, v in info["state_dict"].items()
+                           if k.startswith("model.")})
+
+
 def load_model_weights(model: torch.nn.Module, path: str | Path, vocab: Vocabulary) -> None:
     """Initialise `model` from a checkpoint's weights (not its optimizer), after checking it fits."""
     info = checkpoint_info(path)
     check_compatible(info, path, model, vocab)
-    model.load_state_dict({k.removeprefix("model."): v for k, v in info["state_dict"].items()
-                           if k.startswith("model.")})
+    load_weights(model, info)
+
+
+def load_content_selector(path: str | Path) -> ContentSelector:
+    """A trained content selector from its checkpoint, frozen (eval mode, no gradients), for `model=bottom_up`;
+    `checkpoint_path` says where it came from, so that `trainer.train.build` checks its vocabulary against the run's."""
+    path = Path(path).expanduser()
+    info = checkpoint_info(path)
+    if info.get("stage") != SELECTOR_STAGE:
+        raise CheckpointError(f"checkpoint {path} is not a content selector (its stage is {info.get('stage')!r}): "
+                              f"train one with model=content_selector")
+    model = ContentSelector(ContentSelectorConfig(**info["model_config"]))
+    load_weights(model, info)
+    model.checkpoint_path = str(path)
+    return model.eval().requires_grad_(False)
 
 
 def check_resume(path: str | Path, stage: str, model: torch.nn.Module, vocab: Vocabulary) -> None:

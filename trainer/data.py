@@ -15,9 +15,10 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from trainer.batch import Example, collate
-from trainer.sources import DataError, Record, Source, read_id_list
-from trainer.vocab import Vocabulary, ensure_final_period, tokenize_sentences
+from models.text.batch import Example, collate
+from models.text.records import DataError
+from models.text.vocab import Vocabulary, ensure_final_period, tokenize_sentences
+from trainer.sources import Record, Source, read_id_list
 
 log = logging.getLogger(__name__)
 

@@ -13,17 +13,17 @@ import torch
 from torch import Tensor
 
 from models.decoding import Decoded, beam_search, check_beam_settings, greedy, rollout_rows, sample_and_greedy
+from models.text.batch import Batch
+from models.text.vocab import SENTENCE_END, Vocabulary, split_at_sentence_ends
 from rewards.base import Reward, RewardInput, WeightedSum
 from rewards.rouge import RougeL
 from trainer.baselines import Baseline, GreedyBaseline
-from trainer.batch import Batch
 from trainer.checkpoints import checkpoint_description
 from trainer.diagnostics import (distinct_ngram_ratio, lead_copy_rate, novel_ngram_rate, repeated_ngram_counts,
                                  repeated_ngram_rate)
 from trainer.evaluate import ROUGE_KEYS, as_text, evaluate
 from trainer.samples import ValidationSamples
 from trainer.schedules import Constant
-from trainer.vocab import SENTENCE_END, Vocabulary, split_at_sentence_ends
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.loggers import WandbLogger
 
-from trainer.batch import Example
+from models.text.batch import Example
 
 log = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ from torch import Tensor
 from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import BinaryAUROC, BinaryF1Score, BinaryPrecision, BinaryRecall
 
-from models.bottom_up import SELECTOR_STAGE, ContentSelector, copy_glove, selection_targets
-from trainer.batch import Batch
-from trainer.checkpoints import checkpoint_description
-from trainer.vocab import Vocabulary
+from models.bottom_up import ContentSelector, copy_glove, selection_targets
+from models.text.batch import Batch
+from models.text.vocab import Vocabulary
+from trainer.checkpoints import SELECTOR_STAGE, checkpoint_description
 
 log = logging.getLogger(__name__)
 

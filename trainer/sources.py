@@ -9,24 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Protocol
 
-
-class DataError(ValueError):
-    """Bad input data; the message names the file (or dataset), the line (or row) and the field."""
-
-
-def numbered_lines(path: str | Path) -> Iterator[tuple[int, str]]:
-    """(line number from 1, text) of each line of a UTF-8 file. Invalid UTF-8 is reported by file and line:
-    the decoder's own error gives a byte offset into a buffer."""
-    try:
-        f = open(path, "rb")
-    except OSError as e:
-        raise DataError(f"{path}: {e.strerror}") from None
-    with f:
-        for number, raw in enumerate(f, start=1):
-            try:
-                yield number, raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise DataError(f"{path}:{number}: invalid UTF-8 (byte {e.start + 1} of the line)") from None
+from models.text.records import DataError, numbered_lines
 
 
 @dataclass

@@ -165,8 +165,8 @@ def build(cfg: DictConfig) -> tuple[SummarizationData, pl.LightningModule]:
         if isinstance(error.__cause__, ValueError):
             raise error.__cause__ from None
         raise
-    for path in getattr(model, "frozen_checkpoints", []):  # frozen parts it reads (a bottom-up model's selector)
-        check_vocabulary(checkpoint_info(path), path, data.vocab)
+    for part in getattr(model, "frozen_parts", []):  # trained parts handed in (a bottom-up model's selector)
+        check_vocabulary(checkpoint_info(part.checkpoint_path), part.checkpoint_path, data.vocab)
     if cfg.ckpt_path:
         check_resume(cfg.ckpt_path, cfg.stage, model, data.vocab)
     elif cfg.init_from and cfg.init_from != "none":

@@ -6,7 +6,7 @@ from dataclasses import dataclass, fields, replace
 import torch
 from torch import Tensor
 
-from trainer.vocab import Vocabulary
+from models.text.vocab import Vocabulary
 
 
 @dataclass
@@ -22,7 +22,7 @@ class Example:
 
 @dataclass
 class Batch:
-    """A padded batch. Id tensors use the extended vocabulary described in `trainer.vocab`.
+    """A padded batch. Id tensors use the extended vocabulary described in `models.text.vocab`.
 
     src          [B, S]  vocabulary ids of the (truncated) article, OOV as <unk>   (encoder input)
     src_ext      [B, S]  extended ids of the article                              (copy targets)

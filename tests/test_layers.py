@@ -1,0 +1,65 @@
+"""Imports run one way, down the floors of the design card: models/text < models, rewards < trainer < scripts."""
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# What each floor may import from sumrl (a prefix allows its subpackages); the most specific floor applies.
+ALLOWED = {
+    "models.text": ("models.text",),
+    "models": ("models",),
+    "rewards": ("rewards", "models.text"),
+    "trainer": ("trainer", "models", "rewards"),
+    "scripts": ("scripts", "trainer", "models", "rewards", "conf"),
+}
+OURS = ("models", "rewards", "trainer", "scripts", "conf")
+
+
+def within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def floor(module: str) -> str:
+    return max((f for f in ALLOWED if within(module, f)), key=len)
+
+
+def imported(source: str, module: str) -> list[tuple[int, str]]:
+    """(line, module) of every import in `source`, function-level ones too; relative ones resolved from `module`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(module.split(".")[:-node.level] + ([base] if base else []))
+            found.append((node.lineno, base))
+    return found
+
+
+def upward_imports(source: str, module: str) -> list[str]:
+    """`line: name` of each import of sumrl code that `module`'s floor may not import."""
+    allowed = ALLOWED[floor(module)]
+    return [f"{line}: {name}" for line, name in imported(source, module)
+            if name.split(".")[0] in OURS and not any(within(name, a) for a in allowed)]
+
+
+def modules() -> list[tuple[str, Path]]:
+    return [(".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"), path)
+            for top in ("models", "rewards", "trainer", "scripts") for path in sorted((ROOT / top).rglob("*.py"))]
+
+
+@pytest.mark.parametrize("module,path", modules(), ids=[m for m, _ in modules()])
+def test_no_module_imports_upward(module, path):
+    assert upward_imports(path.read_text(encoding="utf-8"), module) == []
+
+
+def test_an_upward_import_is_caught():
+    source = "import torch\nfrom models.text.vocab import Vocabulary\n\ndef f():\n    from trainer.data import x\n"
+    assert upward_imports(source, "models.pointer_generator") == ["5: trainer.data"]
+    assert upward_imports("from rewards.rouge import RougeL", "models.decoding") == ["1: rewards.rouge"]
+    assert upward_imports("from models.decoding import greedy", "models.text.batch") == ["1: models.decoding"]
+    assert upward_imports("from .. import decoding", "models.text.batch") == ["1: models"]
+    assert upward_imports("from rewards.rouge import RougeL", "trainer.module") == []
