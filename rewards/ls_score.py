@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from models.text.extras import optional
 from models.text.vectors import minilm_path
 from rewards.base import RewardInput
 
@@ -86,12 +87,12 @@ class LSScorer(nn.Module):
 
 def load_encoder(name: str):
     """(tokenizer, encoder) of a local directory or hub name; "" is the installed all-MiniLM-L6-v2."""
-    from transformers import AutoModel, AutoTokenizer
+    transformers = optional("transformers", "qa")
     location = name or minilm_path()
     if Path(location).expanduser().exists():
         location = str(Path(location).expanduser())
     try:
-        return AutoTokenizer.from_pretrained(location), AutoModel.from_pretrained(location)
+        return transformers.AutoTokenizer.from_pretrained(location), transformers.AutoModel.from_pretrained(location)
     except (OSError, ValueError) as e:
         raise ValueError(f"LS-Score encoder {name!r} is neither a local directory nor loadable from the hub "
                          f"({str(e).splitlines()[0]})") from None

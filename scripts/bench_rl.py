@@ -26,7 +26,7 @@ import torch
 from bench_training import peak_memory_gib, read_examples, see_et_al_setup
 from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
 from models.text.batch import collate
-from rewards.scoring import compose_rewards
+from scripts.cli import compose_rewards
 from trainer.module import SummarizationModule
 from trainer.schedules import Constant
 

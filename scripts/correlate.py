@@ -35,12 +35,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 
+from models.text.records import Row, read_jsonl
 from rewards.correlation import (CORRELATIONS, correlation, dominance, input_level_pairs, system_level,
                                  williams_matrix)
-from rewards.scoring import (USER_ERRORS, InputError, Row, add_scoring_arguments, markdown_table, parse_exclusions,
-                             read_jsonl, score_rows)
+from scripts.cli import InputError, add_scoring_arguments, command, parse_exclusions, score_rows
+from trainer.tables import markdown_table
 
 PROTOCOLS = ("summary", "pairs", "system")
 
@@ -165,8 +165,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, dict[str, float]]
     return results
 
 
+cli = command(main)  # the console command: bad input is one line, not a traceback
+
 if __name__ == "__main__":
-    try:
-        main()
-    except USER_ERRORS as e:
-        sys.exit(f"error: {e}")
+    cli()

@@ -26,8 +26,9 @@ from typing import Sequence
 import numpy as np
 from scipy.stats import spearmanr
 
-from rewards.scoring import (CONF_DIR, USER_ERRORS, InputError, Row, markdown_table, parse_exclusions, positive_int,
-                             read_jsonl)
+from models.text.records import Row, read_jsonl
+from scripts.cli import InputError, command, parse_exclusions, positive_int, reward_configs
+from trainer.tables import markdown_table
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> list[SubsetFit]:
                            ", ".join(f"{k} {w:.4g}" for k, w in f.weights.items())] for f in fits]))
     config = reward_config(fits[0], args.input, len(used), target, args.name)
     print("\n" + config, end="")
-    missing = [f for f in fits[0].features if not (CONF_DIR / "reward" / f"{f}.yaml").exists()]
+    missing = [f for f in fits[0].features if f not in reward_configs()]
     if missing:
         print(f"note: no conf/reward/ config for {missing}; the config composes once they exist", file=sys.stderr)
     if args.output:
@@ -151,8 +152,7 @@ def main(argv: list[str] | None = None) -> list[SubsetFit]:
     return fits
 
 
+cli = command(main)  # the console command: bad input is one line, not a traceback
+
 if __name__ == "__main__":
-    try:
-        main()
-    except USER_ERRORS as e:
-        sys.exit(f"error: {e}")
+    cli()

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-from rewards.scoring import (USER_ERRORS, InputError, add_scoring_arguments, display_scale, markdown_table,
-                             read_jsonl, score_rows)
+from models.text.records import read_jsonl
+from rewards.scoring import display_scale
+from scripts.cli import InputError, add_scoring_arguments, command, score_rows
+from trainer.tables import markdown_table
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -58,8 +59,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     return means
 
 
+cli = command(main)  # the console command: bad input is one line, not a traceback
+
 if __name__ == "__main__":
-    try:
-        main()
-    except USER_ERRORS as e:
-        sys.exit(f"error: {e}")
+    cli()

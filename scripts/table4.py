@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from models.text.vocab import split_at_sentence_ends  # noqa: E402
-from rewards.scoring import compose_rewards  # noqa: E402
+from scripts.cli import add_config_dir_argument, compose_rewards  # noqa: E402
 from trainer.callbacks import plot_curves  # noqa: E402
 from trainer.evaluate import TABLE_COLUMNS, evaluate, results_table  # noqa: E402
 from trainer.significance import Interval, paired_bootstrap, paired_differences, pooled_bootstrap  # noqa: E402
@@ -384,9 +384,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("paths", nargs="+", type=Path, help="run directories or sweep folders")
     parser.add_argument("--metrics", nargs="*", default=["wms", "sms", "s_wms"],
-                        help="reward configs (conf/reward/) used as test-time metrics")
+                        help="reward configs (conf/reward/, or a --config-dir's reward/) used as test-time metrics")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="overrides of the metric configs, e.g. wms.embeddings.path=glove.840B.300d.txt")
+    add_config_dir_argument(parser)
     parser.add_argument("--out", type=Path, help="where to write table4.md/csv/json/png (default: the sweep "
                                                   "holding all the runs, else their common folder)")
     parser.add_argument("--baseline", default="mle", help="the run name of the row the others are compared with "
@@ -401,7 +402,7 @@ def main(argv: list[str] | None = None) -> None:
 
     runs = [Run.read(path) for path in find_runs(args.paths)]
     pairs = pair_with_baselines(runs, args.baseline)
-    metrics = compose_rewards(args.metrics, args.set)
+    metrics = compose_rewards(args.metrics, args.set, args.config_dir)
     means, scores = {}, {}
     for run in runs:
         if not (run.path / "summaries.jsonl").exists():

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import torch
-from hydra import compose, initialize_config_dir
+from hydra import compose, initialize_config_module
 from hydra.utils import instantiate
 from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
@@ -34,11 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models.text.batch import Example  # noqa: E402
 from models.text.vectors import minilm_path  # noqa: E402
 from rewards.qa import MASK, ClozeQuestion, ClozeQuestions, ExtractiveQA, SalientSpans  # noqa: E402
-from rewards.scoring import positive_int  # noqa: E402
+from scripts.cli import CONF, positive_int  # noqa: E402
 from trainer.evaluate import as_text  # noqa: E402
-
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
-
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -68,7 +65,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def load_splits(overrides: list[str]) -> dict[str, list[Example]]:
     """The train and validation examples of a data config, split exactly as training splits them."""
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
+    with initialize_config_module(version_base="1.3", config_module=CONF):
         cfg = compose(config_name="train", overrides=list(overrides))
     data = instantiate(cfg.data)
     data.setup()

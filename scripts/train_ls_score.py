@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models.text.batch import Example  # noqa: E402
 from models.text.vocab import split_at_sentence_ends  # noqa: E402
 from rewards.ls_score import LSConfig, LSScorer, Negatives, load_encoder, ranking_loss, tokenize_batch  # noqa: E402
-from rewards.scoring import positive_int  # noqa: E402
+from scripts.cli import CONF, positive_int  # noqa: E402
 from trainer.sources import read_id_list  # noqa: E402
 
 KINDS = ("deleted", "shuffled", "inserted")
@@ -71,9 +71,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def load_splits(overrides: list[str]) -> tuple[dict[str, list[Example]], str]:
     """The train and validation examples of a data config, split as training splits them, and its data directory."""
-    from hydra import compose, initialize_config_dir
+    from hydra import compose, initialize_config_module
     from hydra.utils import instantiate
-    with initialize_config_dir(version_base="1.3", config_dir=str(Path(__file__).resolve().parents[1] / "conf")):
+    with initialize_config_module(version_base="1.3", config_module=CONF):
         cfg = compose(config_name="train", overrides=list(overrides))
     data = instantiate(cfg.data)
     data.setup()

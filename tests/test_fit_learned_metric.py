@@ -2,7 +2,6 @@
 errors, and the written reward config composing through Hydra."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -15,14 +14,12 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
+import scripts.fit_learned_metric as fit
+from models.text.records import DataError, Row
 from rewards.base import WeightedSum
-from rewards.scoring import CONF_DIR, InputError, Row
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "fit_learned_metric.py"
-spec = importlib.util.spec_from_file_location("fit_learned_metric", SCRIPT)
-fit = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = fit  # a dataclass looks its module up there
-spec.loader.exec_module(fit)
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "fit_learned_metric.py"
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
@@ -90,14 +87,14 @@ def test_geometric_mean_of_two_targets():
     row = Row("h.jsonl", 4, {"readability": 4, "relevance": 9, "bad": 0})
     assert fit.geometric_mean(row, ["readability", "relevance"]) == pytest.approx(6.0)
     assert fit.geometric_mean(row, ["bad"]) == 0.0  # one target: used as is
-    with pytest.raises(InputError, match=r"h\.jsonl, line 4: field 'bad' must be positive for the geometric mean"):
+    with pytest.raises(DataError, match=r"h\.jsonl:4: field 'bad' must be positive for the geometric mean"):
         fit.geometric_mean(row, ["readability", "bad"])
 
 
 # ---------------------------------------------------------------- the written config
 
 def test_written_config_composes_and_instantiates_as_a_weighted_sum(tmp_path):
-    conf = shutil.copytree(CONF_DIR, tmp_path / "conf")
+    conf = shutil.copytree(ROOT / "conf", tmp_path / "conf")
     path = write_jsonl(tmp_path / "scored.jsonl", synthetic(40, names=("rouge_l", "sms", "noise")))
     out = conf / "reward" / "learned.yaml"
     fits = fit.main([str(path), "--features", "rouge_l", "sms", "--target", "human", "--splits", "10",
@@ -118,9 +115,9 @@ def test_bad_value_and_missing_field_name_file_line_and_field(tmp_path):
     rows = synthetic(10)
     rows[4]["b"] = "high"
     path = write_jsonl(tmp_path / "bad.jsonl", rows)
-    with pytest.raises(InputError, match=r"bad\.jsonl, line 5: field 'b' must be a finite number"):
+    with pytest.raises(DataError, match=r"bad\.jsonl:5: field 'b' must be a finite number"):
         fit.main([str(path), "--features", "a", "b", "--target", "human"])
-    with pytest.raises(InputError, match=r"bad\.jsonl, line 1: no field 'qa_conf'"):
+    with pytest.raises(DataError, match=r"bad\.jsonl:1: no field 'qa_conf'"):
         fit.main([str(path), "--features", "a", "qa_conf", "--target", "human"])
 
 
@@ -132,4 +129,4 @@ def test_command_line_reports_bad_input_in_one_line(tmp_path):
                             capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(SCRIPT.parents[1])})
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
-        f"error: {path}, line 3: field 'human' must be a finite number or null, got NaN"]
+        f"error: {path}:3: field 'human' must be a finite number or null, got NaN"]

@@ -3,10 +3,8 @@ the negatives, and the frozen reward (article cache, checkpoint round trip). A t
 MiniLM (the encoder is injected)."""
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import random
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -114,11 +112,7 @@ def test_reward_is_frozen_caches_articles_and_round_trips_a_checkpoint(tiny_qa_m
 
 
 def test_training_articles_never_include_held_out_ids():
-    spec = importlib.util.spec_from_file_location(
-        "train_ls_score", Path(__file__).resolve().parents[1] / "scripts" / "train_ls_score.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["train_ls_score"] = module
-    spec.loader.exec_module(module)
+    module = importlib.import_module("scripts.train_ls_score")
     examples = [Example(id=i, source=["a", "."], reference=[["a"]]) for i in ("x", "y", "z")]
     examples.append(Example(id="w", source=["a"], reference=None))  # unlabelled: no positive to rank
     assert [e.id for e in module.usable(examples, {"y"})] == ["x", "z"]

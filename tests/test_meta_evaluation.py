@@ -2,33 +2,24 @@
 system level, ROUGE-N (clipped and distinct, as the `rouge` package counts) and the Chaganty regression."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import stats
 
+from models.text.records import DataError
 from models.text.vocab import Vocabulary
 from rewards.base import RewardInput
 from rewards.correlation import dominance, input_level_pairs, system_level, williams_test
 from rewards.msr_compression import RATING_CODES, judged_rows, read_msr
 from rewards.rouge import RougeN, multi_reference_recall
-from rewards.scoring import InputError, tokenize
+from rewards.scoring import tokenize
+from test_scripts import load_script
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 CHAGANTY = Path("/work/shared/data/human/chaganty2018_cnndm.jsonl")
-
-
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 # ---------------------------------------------------------------- pairwise protocol
@@ -197,13 +188,13 @@ def test_read_msr_synthetic_fixture(tmp_path):
 
 
 @pytest.mark.parametrize("bad, message", [
-    ("S3\tNews\tA source. ||| A.\tJ1\t2\t6", "line 3: field numRatings says 2 ratings, found 1"),
-    ("S3\tNews\tA source. ||| A.\tJ1\t1\t8", "line 3: field Rating '8' is not a rating code"),
-    ("S3\tNews\tA source.", "line 3: no '|||' compression"),
+    ("S3\tNews\tA source. ||| A.\tJ1\t2\t6", "3: field numRatings says 2 ratings, found 1"),
+    ("S3\tNews\tA source. ||| A.\tJ1\t1\t8", "3: field Rating '8' is not a rating code"),
+    ("S3\tNews\tA source.", "3: no '|||' compression"),
 ])
 def test_read_msr_names_file_and_line_of_a_malformed_line(tmp_path, bad, message):
     path = write_msr(tmp_path / "test.tsv", MSR_LINES + [bad])
-    with pytest.raises(InputError, match=f"{path}, {message}"):
+    with pytest.raises(DataError, match=f"{path}:{message}"):
         read_msr(path)
 
 

@@ -2,7 +2,7 @@
 behind them (Williams' test)."""
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import math
 import os
@@ -14,20 +14,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from models.text.records import DataError
+from models.text.records import DataError, read_jsonl
 from rewards.correlation import correlation, williams_matrix, williams_test
-from rewards.scoring import InputError, read_jsonl
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
 def load_script(name: str):
-    """Import scripts/<name>.py as a module (scripts/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module(f"scripts.{name}")
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
@@ -102,7 +96,7 @@ def test_williams_matrix_pairs():
 def test_bad_json_line_names_file_and_line(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"candidate": "a b", "reference": "a"}\n\n{"candidate": "oops"\n', encoding="utf-8")
-    with pytest.raises(InputError, match=r"bad\.jsonl, line 3: invalid JSON"):
+    with pytest.raises(DataError, match=r"bad\.jsonl:3: malformed JSON"):
         read_jsonl(path)
 
 
@@ -110,9 +104,9 @@ def test_wrong_field_names_file_line_and_field(tmp_path):
     path = write_jsonl(tmp_path / "rows.jsonl", [{"candidate": "a", "reference": "b", "overall": 1},
                                                  {"candidate": "a", "reference": "b", "overall": "good"}])
     rows = read_jsonl(path)
-    with pytest.raises(InputError, match=r"rows\.jsonl, line 1: no field 'summary'"):
+    with pytest.raises(DataError, match=r"rows\.jsonl:1: no field 'summary'"):
         rows[0].text("summary")
-    with pytest.raises(InputError, match=r"rows\.jsonl, line 2: field 'overall' must be a finite number"):
+    with pytest.raises(DataError, match=r"rows\.jsonl:2: field 'overall' must be a finite number"):
         rows[1].number("overall")
 
 
@@ -189,9 +183,9 @@ def test_scripts_report_bad_rows_by_file_and_line(tmp_path):
     path = tmp_path / "broken.jsonl"
     path.write_text('{"candidate": "a b", "reference": "a b", "overall": 1}\n{"candidate": "a", "overall": 0}\n',
                     encoding="utf-8")
-    with pytest.raises(InputError, match=r"broken\.jsonl, line 2: no field 'reference'"):
+    with pytest.raises(DataError, match=r"broken\.jsonl:2: no field 'reference'"):
         load_script("score").main([str(path), "--rewards", "rouge_l", "--candidate-field", "candidate"])
-    with pytest.raises(InputError, match=r"broken\.jsonl, line 2: no field 'reference'"):
+    with pytest.raises(DataError, match=r"broken\.jsonl:2: no field 'reference'"):
         load_script("correlate").main([str(path), "--human", "overall", "--rewards", "rouge_l"])
 
 

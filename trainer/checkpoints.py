@@ -28,6 +28,7 @@ from pytorch_lightning.callbacks import Checkpoint, ModelCheckpoint
 from pytorch_lightning.plugins.environments import SLURMEnvironment
 
 from models.bottom_up import ContentSelector, ContentSelectorConfig
+from models.text.records import atomic_write
 from models.text.vocab import Vocabulary
 
 SELECTOR_STAGE = "selector"  # the stage recorded in a content selector's checkpoints
@@ -42,11 +43,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None) -> None:
         path = Path(path)
-        partial = path.with_name(f".{path.name}.partial")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            torch.save(checkpoint, partial)
-            os.replace(partial, path)
+            atomic_write(path, lambda partial: torch.save(checkpoint, partial))
         except (OSError, RuntimeError) as error:  # torch reports an unwritable file as a RuntimeError, without a path
             raise CheckpointError(f"cannot write checkpoint {path}: {str(error).splitlines()[0]} (is "
                                   f"{path.parent} writable?)") from None

@@ -3,13 +3,12 @@ JSONL/CSV/Parquet files, and the embedded demo corpus. Every source yields `Reco
 they came from, so that bad data is reported by file, line and field."""
 from __future__ import annotations
 
-import csv
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Protocol
 
-from models.text.records import DataError, numbered_lines
+from models.text.extras import optional
+from models.text.records import DataError, csv_rows, jsonl_rows, numbered_lines
 
 
 @dataclass
@@ -80,7 +79,7 @@ class HubDataset:
         return f"{self.path}[{self.split}]"
 
     def records(self) -> Iterator[Record]:
-        import datasets  # deferred: importing datasets costs seconds
+        datasets = optional("datasets", "hub")  # deferred: importing datasets costs seconds
 
         data = datasets.load_dataset(self.path, self.name, split=self.split, data_files=self.data_files)
         if self.limit is not None:
@@ -116,28 +115,13 @@ class LocalFile:
             yield self.fields.record(row, where, i)
 
     def _jsonl(self) -> Iterator[tuple[str, dict]]:
-        for n, line in numbered_lines(self.path):
-            if not line.strip():
-                continue
-            try:
-                yield f"{self.path}:{n}", json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{self.path}:{n}: malformed JSON ({e.msg} at column {e.colno})") from None
+        return ((row.where, row.data) for row in jsonl_rows(self.path))
 
     def _csv(self) -> Iterator[tuple[str, dict]]:
-        reader = csv.DictReader(line for _, line in numbered_lines(self.path))
-        try:
-            for row in reader:
-                if None in row:  # DictReader's key for the values beyond the header's names
-                    raise DataError(f"{self.path}:{reader.line_num}: more values than the header's "
-                                    f"{len(reader.fieldnames)} field names")
-                yield f"{self.path}:{reader.line_num}", row
-        except csv.Error as e:
-            raise DataError(f"{self.path}:{reader.line_num}: malformed CSV ({e})") from None
+        return ((row.where, row.data) for row in csv_rows(self.path))
 
     def _parquet(self) -> Iterator[tuple[str, dict]]:
-        import pandas as pd
-
+        pd = optional("pandas", "hub")
         for i, row in enumerate(pd.read_parquet(self.path).to_dict(orient="records")):
             yield f"{self.path} row {i}", row
 

