@@ -91,6 +91,17 @@ class RewardInput:
                    _tokens=[list(h) for h in hypotheses])
 
 
+@dataclass(frozen=True)
+class Display:
+    """How tables show a reward as a test metric: its column, the factor its mean is printed with (the papers print
+    ROUGE and QA ×100, mover's similarities ×1000), and whether it reads the article (summaries.jsonl does not keep
+    the article, so only the test can score it: table4 takes the test's scores)."""
+
+    column: str
+    scale: float = 1.0
+    reads_article: bool = False
+
+
 @runtime_checkable
 class Reward(Protocol):
     """A reward scores a batch of hypotheses: float tensor [B] on the input's device.
@@ -103,7 +114,9 @@ class Reward(Protocol):
     submodule, so no optimizer, DDP wrapper or checkpoint sees it), in eval mode without gradients,
     runs it under `inference_mode` and moves it to its inputs' device on use. Per-article work is
     cached by article id. An optional `diagnostics` dict describes the last call (logged as
-    `train/reward/<key>`).
+    `train/reward/<key>`). Optional metadata: `display` (`Display`; default: its name, ×1), `test_metric` (the key
+    of the test metric a run trained with it is judged on; default: its name, the reward itself scored on text) and
+    `bounds` (default [0, 1]).
     """
 
     name: str
@@ -122,10 +135,22 @@ def reward_bounds(reward: Reward) -> tuple[float, float]:
     return getattr(reward, "bounds", (0.0, 1.0))
 
 
-def zero_where_not_applicable(values: Tensor, inputs: RewardInput) -> Tensor:
-    """A reference-based reward's values, 0 where it does not apply: no reference, or NaN.
-    `torch.where`, not a product: NaN·0 is NaN."""
-    return torch.where(inputs.has_reference & ~values.isnan(), values, torch.zeros_like(values))
+def display(reward: Reward) -> Display:
+    return getattr(reward, "display", None) or Display(reward.name)
+
+
+def test_metric_of(reward: Reward) -> str:
+    return getattr(reward, "test_metric", reward.name)
+
+
+def not_applicable(reward: Reward, values: Tensor, inputs: RewardInput) -> Tensor:
+    """Where a reward's values do not apply [B]: NaN (nothing to compare), or no reference for a reference-based one."""
+    return values.isnan() | ~inputs.has_reference if reward.needs_reference else values.isnan()
+
+
+def zero_where_not_applicable(reward: Reward, values: Tensor, inputs: RewardInput) -> Tensor:
+    """The values, 0 where they do not apply (`torch.where`, not a product: NaN·0 is NaN)."""
+    return torch.where(not_applicable(reward, values, inputs), torch.zeros_like(values), values)
 
 
 class WeightedSum:
@@ -138,7 +163,7 @@ class WeightedSum:
     """
 
     def __init__(self, terms: Mapping[str, Reward], weights: Mapping[str, float],
-                 name: str | None = None):
+                 name: str | None = None, column: str | None = None, scale: float = 1.0):
         missing = set(terms) ^ set(weights)
         if missing:
             raise ValueError(f"WeightedSum: terms and weights must name the same rewards; mismatch: {sorted(missing)}")
@@ -146,14 +171,11 @@ class WeightedSum:
         self.weights = {k: float(v) for k, v in weights.items()}
         self.name = name or "+".join(f"{self.weights[k]:g}*{t.name}" for k, t in self.terms.items())
         self.needs_reference = all(t.needs_reference for t in self.terms.values())
+        self.display = Display(column or self.name, scale, any(display(t).reads_article for t in self.terms.values()))
 
     def components(self, inputs: RewardInput) -> dict[str, Tensor]:
-        """Each term's reward, zeroed where it needs a reference that does not apply."""
-        out = {}
-        for key, term in self.terms.items():
-            value = term(inputs)
-            out[key] = zero_where_not_applicable(value, inputs) if term.needs_reference else value
-        return out
+        """Each term's reward, 0 where it does not apply."""
+        return {key: zero_where_not_applicable(term, term(inputs), inputs) for key, term in self.terms.items()}
 
     def total(self, parts: Mapping[str, Tensor], unlabelled_fraction: float = 0.0) -> Tensor:
         """The weighted sum of `components`, reference-based terms rescaled by 1/(1 − `unlabelled_fraction`)."""

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from models.text.extras import optional
 from models.text.vectors import minilm_path
-from rewards.base import RewardInput
+from rewards.base import Display, RewardInput
 
 CHECKPOINT = "ls_score.pt"
 
@@ -178,6 +178,7 @@ class LSScore:
         self.tokenizer, self.scorer = load_scorer(checkpoint, **overrides)
         self.scorer.eval().requires_grad_(False)
         self.name, self.batch_size = name, batch_size
+        self.display = Display(name, reads_article=True)
         # L, a mean log-probability, is at most 0 and unbounded below; S, a cosine, lies in [-1, 1]
         alpha, beta = self.scorer.config.alpha, self.scorer.config.beta
         self.bounds = (-math.inf if alpha > 0 else -beta, beta)

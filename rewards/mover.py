@@ -28,7 +28,7 @@ import torch
 from numba import njit
 from torch import Tensor
 
-from rewards.base import RewardInput
+from rewards.base import Display, RewardInput
 from rewards.embeddings import Embeddings, TokenVectors
 from rewards.transport import transport_cost
 
@@ -214,15 +214,18 @@ class WordMoverSimilarity(MoverSimilarity):
     """WMS: word types weighted by count(w)/|A| (Eq. 1-3)."""
 
     name, word_mass, sentence_mass = "wms", 1.0, 0.0
+    display = Display("WMS", 1000)
 
 
 class SentenceMoverSimilarity(MoverSimilarity):
     """SMS: sentences (mean word vector) weighted by |s|/|A| (Eq. 4)."""
 
     name, word_mass, sentence_mass = "sms", 0.0, 1.0
+    display = Display("SMS", 1000)
 
 
 class SentenceWordMoverSimilarity(MoverSimilarity):
     """S+WMS: words and sentences in one bag, each half of the mass (Eq. 5)."""
 
     name, word_mass, sentence_mass = "s_wms", 0.5, 0.5
+    display = Display("S+WMS", 1000)

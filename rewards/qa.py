@@ -30,7 +30,7 @@ from torch import Tensor
 from models.text.extras import optional
 from models.text.vectors import glove_words
 from models.text.vocab import split_sentences
-from rewards.base import RewardInput
+from rewards.base import Display, RewardInput
 from rewards.embeddings import is_content_word
 
 MASK = "[MASK]"
@@ -361,6 +361,7 @@ class QAScore:
             raise ValueError(f"score must be 'conf' or 'fscore', got {score!r}")
         self.qa, self.score = qa, score
         self.name = f"qa_{score}"
+        self.display = Display(f"QA{score}", 100, reads_article=qa.questions_from == "article")
         self.needs_reference = qa.questions_from == "reference"
 
     @property

@@ -15,7 +15,7 @@ import torch
 from rapidfuzz.distance import LCSseq
 from torch import Tensor
 
-from rewards.base import RewardInput
+from rewards.base import Display, RewardInput
 
 
 def lcs_lengths(hyps: Sequence[Sequence[int]], refs: Sequence[Sequence[int]]) -> np.ndarray:
@@ -39,6 +39,7 @@ class RougeL:
     """
 
     name = "rouge_l"
+    display = Display("ROUGE-L", 100)
     test_metric = "rougeL"  # what the test measures for it: rouge-score's ROUGE-L F on text, with stemming
     needs_reference = True
 
@@ -75,6 +76,7 @@ class RougeN:
             raise ValueError(f"measure must be recall, precision or f1, got {measure!r}")
         self.n, self.measure, self.distinct = int(n), measure, bool(distinct)
         self.name = f"rouge_{self.n}_{measure}"
+        self.display = Display(self.name, 100)
 
     def __call__(self, inputs: RewardInput) -> Tensor:
         host = inputs.host_ids()

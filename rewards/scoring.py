@@ -3,30 +3,18 @@ vocabulary of every word being scored (nothing maps to <unk>) and call each rewa
 batches. Used by evaluation (`trainer.evaluate`) and the command-line tools (`scripts.cli`)."""
 from __future__ import annotations
 
-import math
 from typing import Mapping, Sequence
 
 import torch
 
 from models.text.vocab import SENTENCE_END, Vocabulary, tokenize_sentences
-from rewards.base import Reward, RewardInput
+from rewards.base import Reward, RewardInput, not_applicable
 
 # treebank: raw text, PTB-tokenized after sentence splitting (`tokenize_sentences(pretokenized=False)`).
 # whitespace: text that is already tokenized, split on whitespace (`pretokenized=True`).
 # rouge_package: as the `rouge` package (pltrdy) reads text for Wu et al. (2020): case kept, split on '.' and
 # whitespace, one sentence.
 TOKENIZERS = ("treebank", "whitespace", "rouge_package")
-
-# Clark et al. (2019) print ROUGE x100 and mover's similarities x1000.
-_MOVER_NAMES = ("wms", "sms", "s_wms")
-
-
-def display_scale(reward: Reward) -> int:
-    """The factor the papers print a reward's mean with: ROUGE and QA metrics x100, mover's metrics x1000."""
-    if reward.name.startswith(("rouge", "qa_")):
-        return 100
-    return 1000 if reward.name in _MOVER_NAMES else 1
-
 
 def tokenize(text: str, tokenizer: str) -> list[list[str]]:
     """Sentences of tokens, lower-cased but for `rouge_package` (see TOKENIZERS)."""
@@ -78,8 +66,7 @@ def score_texts(rewards: Mapping[str, Reward], candidates: Sequence[str], refere
                                             None if srcs is None else srcs[window], device=device,
                                             source_texts=None if sources is None else list(sources[window]))
             for label in labels:
-                values = rewards[label](inputs).float().cpu().tolist()
-                if rewards[label].needs_reference:
-                    values = [None if r is None or math.isnan(v) else v for v, r in zip(values, refs[window])]
-                scores[label] += values
+                values = rewards[label](inputs).float()
+                missing = not_applicable(rewards[label], values, inputs).tolist()
+                scores[label] += [None if m else v for v, m in zip(values.tolist(), missing)]
     return scores

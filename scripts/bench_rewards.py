@@ -14,12 +14,11 @@ all see the same machine load.
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import math
 import statistics
 import time
 from collections import Counter
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +28,7 @@ from numba import njit
 from ot.lp.emd_wrap import emd_c
 from rouge_score import rouge_scorer
 
+from models.text.records import jsonl_rows
 from models.text.vocab import Vocabulary, split_at_sentence_ends
 from rewards.base import RewardInput
 from rewards.embeddings import STOPWORDS, GloveEmbeddings, WordVectors
@@ -42,15 +42,10 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 def load_pairs(data: Path, n: int) -> list[tuple[str, str]]:
     """(pointer-gen summary, reference highlights) texts, one sentence per line, for the first n articles."""
-    with open(data / "cnndm_see2017_test.jsonl", encoding="utf-8") as f:
-        references = {}
-        for line in f:
-            row = json.loads(line)
-            references[row["id"]] = row["highlights"]
-            if len(references) == n:
-                break
-    with gzip.open(data / "cnndm_see2017_test_system_outputs.jsonl.gz", "rt", encoding="utf-8") as f:
-        summaries = {row["id"]: row["pointer_gen"] for row in map(json.loads, f) if row["id"] in references}
+    references = {row.text("id"): row.text("highlights")
+                  for row in islice(jsonl_rows(data / "cnndm_see2017_test.jsonl"), n)}
+    outputs = jsonl_rows(data / "cnndm_see2017_test_system_outputs.jsonl.gz")
+    summaries = {row.data["id"]: row.text("pointer_gen") for row in outputs if row.data["id"] in references}
     return [(summaries[i], references[i]) for i in references]
 
 

@@ -12,7 +12,6 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse
-import json
 import resource
 import statistics
 import time
@@ -24,6 +23,7 @@ import torch
 
 from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
 from models.text.batch import Example, collate
+from models.text.records import jsonl_rows
 from models.text.vocab import Vocabulary, tokenize_sentences
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "cnndm_see2017_test.jsonl"
@@ -31,11 +31,9 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "cnndm_see2017_
 
 def read_examples(path: Path, limit: int | None = None) -> Iterator[Example]:
     """The first `limit` rows (all by default) as examples: article tokens flattened, highlights as sentences."""
-    with path.open(encoding="utf-8") as f:
-        for line in islice(f, limit):
-            row = json.loads(line)
-            source = [t for s in tokenize_sentences(row["article"], pretokenized=True) for t in s]
-            yield Example(row["id"], source, tokenize_sentences(row["highlights"], pretokenized=True))
+    for row in islice(jsonl_rows(path), limit):
+        source = [t for s in tokenize_sentences(row.text("article"), pretokenized=True) for t in s]
+        yield Example(row.text("id"), source, tokenize_sentences(row.text("highlights"), pretokenized=True))
 
 
 def build_vocab(path: Path, size: int) -> Vocabulary:

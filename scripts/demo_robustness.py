@@ -24,8 +24,11 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from trainer.tables import markdown_table  # noqa: E402
+
 REWARDS = ("rouge_l", "wms", "sms", "s_wms")
-HEADER = {"rouge_l": "ROUGE-L", "wms": "WMS", "sms": "SMS", "s_wms": "S+WMS"}
 
 
 def grid_command(seed: int, threads: int, folder: Path, overrides: list[str]) -> str:
@@ -72,16 +75,17 @@ def diagonal(folder: Path) -> dict[str, dict]:
 
 def report(grids: list[tuple[int, int]], out: Path, seconds: dict) -> tuple[str, dict]:
     cells = {f"t{t}_s{s}": diagonal(out / f"t{t}_s{s}") for t, s in grids}
-    lines = ["| threads | seed | " + " | ".join(HEADER[r] for r in REWARDS) + " | all 4 | best on own | minutes |",
-             "|---|---|" + "---|" * (len(REWARDS) + 3)]
+    names = {r: next(iter(cells.values()))[r]["row"] for r in REWARDS}  # table4's row of each reward
+    table = []
     for (threads, seed), (name, row) in zip(grids, cells.items()):
         shown = [f"{row[r]['delta']:+.2f} [{row[r]['low']:+.2f}, {row[r]['high']:+.2f}]"
                  + ("*" if row[r]["significant"] else "") for r in REWARDS]
         wall = seconds.get((threads, seed))
         everywhere = all(row[r]["significant"] for r in REWARDS)
         best = sum(row[r]["best_row"] for r in REWARDS)
-        lines.append(f"| {threads} | {seed} | " + " | ".join(shown) + f" | {'yes' if everywhere else 'no'} | "
-                     f"{best} of {len(REWARDS)} | " + (f"{wall / 60:.1f}" if wall else "-") + " |")
+        table.append([str(threads), str(seed), *shown, "yes" if everywhere else "no", f"{best} of {len(REWARDS)}",
+                      f"{wall / 60:.1f}" if wall else "-"])
+    lines = [markdown_table(["threads", "seed", *names.values(), "all 4", "best on own", "minutes"], table)]
     passed = sum(all(row[r]["significant"] for r in REWARDS) for row in cells.values())
     summary = {r: {"mean_delta": sum(row[r]["delta"] for row in cells.values()) / len(cells),
                    "smallest_low": min(row[r]["low"] for row in cells.values()),
@@ -91,11 +95,12 @@ def report(grids: list[tuple[int, int]], out: Path, seconds: dict) -> tuple[str,
                    "best_row": sum(row[r]["best_row"] for row in cells.values())} for r in REWARDS}
     lines += ["", f"**{passed} of {len(cells)} grids** have all four diagonals significant (* = the 95% paired "
               "bootstrap interval excludes 0).", "",
-              "| reward, own metric | mean Δ | range of Δ | smallest lower bound | significant | best row on it |",
-              "|---|---|---|---|---|---|"]
-    lines += [f"| {HEADER[r]} | {v['mean_delta']:+.2f} | {v['smallest_delta']:+.2f} to {v['largest_delta']:+.2f} | "
-              f"{v['smallest_low']:+.2f} | {v['significant']} of {len(cells)} | {v['best_row']} of {len(cells)} |"
-              for r, v in summary.items()]
+              markdown_table(["reward, own metric", "mean Δ", "range of Δ", "smallest lower bound", "significant",
+                              "best row on it"],
+                             [[names[r], f"{v['mean_delta']:+.2f}", f"{v['smallest_delta']:+.2f} to "
+                               f"{v['largest_delta']:+.2f}", f"{v['smallest_low']:+.2f}",
+                               f"{v['significant']} of {len(cells)}", f"{v['best_row']} of {len(cells)}"]
+                              for r, v in summary.items()])]
     return "\n".join(lines), {"grids": cells, "passed": passed, "total": len(cells), "per_reward": summary}
 
 

@@ -6,8 +6,8 @@ r"""Score a JSONL file of candidate summaries with any rewards: by default a run
 
 Rewards are named by their config in conf/reward/ and scored through `RewardInput.from_texts`,
 the batched code path of training. Per-example scores go to --output as JSONL (raw values,
-in [0, 1] for the built-in rewards); corpus means are printed as a markdown table, ROUGE x100
-and mover's similarities x1000 as Clark et al. (2019) print them.
+in [0, 1] for the built-in rewards); corpus means are printed as a markdown table, each at its reward's
+display scale (`rewards.base.Display`: ROUGE x100 and mover's similarities x1000, as Clark et al. 2019 print them).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from models.text.records import read_jsonl
-from rewards.scoring import display_scale
+from rewards.base import display
 from scripts.cli import InputError, add_scoring_arguments, command, score_rows
 from trainer.tables import markdown_table
 
@@ -53,8 +53,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     for label, values in scores.items():
         scored = [v for v in values if v is not None]
         means[label] = sum(scored) / len(scored) if scored else float("nan")
-        scale = display_scale(rewards[label])
-        table.append([label, str(len(scored)), f"{means[label] * scale:.2f}", f"×{scale}"])
+        scale = display(rewards[label]).scale
+        table.append([label, str(len(scored)), f"{means[label] * scale:.2f}", f"×{scale:g}"])
     print(markdown_table(["reward", "n", "mean", "scale"], table))
     return means
 

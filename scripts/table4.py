@@ -18,7 +18,6 @@ reference and every row's summary with its own metric's score (`choose_examples`
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import random
@@ -28,59 +27,56 @@ from pathlib import Path
 
 import numpy as np
 
+from hydra.utils import instantiate
 from matplotlib.figure import Figure
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from models.text.records import csv_rows, jsonl_rows  # noqa: E402
 from models.text.vocab import split_at_sentence_ends  # noqa: E402
 from scripts.cli import add_config_dir_argument, compose_rewards  # noqa: E402
 from trainer.callbacks import plot_curves  # noqa: E402
-from trainer.evaluate import TABLE_COLUMNS, evaluate, results_table  # noqa: E402
+from trainer.evaluate import ROWS, columns, evaluate, results_table, table_record  # noqa: E402
 from trainer.significance import Interval, paired_bootstrap, paired_differences, pooled_bootstrap  # noqa: E402
+from trainer.tables import markdown_table, write_csv  # noqa: E402
 
-ROW_NAMES = {"mle": "MLE+Pgen (no reward)", "rouge_l": "Mixed w/ ROUGE-L", "wms": "Mixed w/ WMS",
-             "sms": "Mixed w/ SMS", "s_wms": "Mixed w/ S+WMS", "qa_conf": "Mixed w/ QAconf",
-             "qa_fscore": "Mixed w/ QAfscore", "qa_learned": "Mixed w/ QA learned", "qa_equally": "Mixed w/ QA equally",
-             "ls_score": "Mixed w/ LS-Score", "qa_learned_ls": "Mixed w/ QA learned + LS-Score"}
-# Bottom-up copying (conf/experiment/bottom_up_sample_grid.yaml): runs named bottom_up_<reward>.
-ROW_NAMES |= {f"bottom_up_{name}": "Bottom-up " + row.removeprefix("MLE+Pgen ")
-              for name, row in list(ROW_NAMES.items())}
-# Scialom et al.'s Table 2 (conf/experiment/scialom_table2*.yaml): runs named <reward>+<data>, one per data option.
-for data in ("cnndm", "cnndm_sample"):
-    ROW_NAMES[f"mle+{data}"] = ROW_NAMES["mle"]
-    ROW_NAMES |= {f"qa_learned+{data}{suffix}": f"+QA learned{row}" for suffix, row in (
-        ("", ""), ("_tldr", " + TL;DR"), ("_val", " + CNN-DM (VAL)"), ("_test", " + CNN-DM (TEST)"))}
-# The metric each reward run optimised: Table 4's diagonal compares it with the MLE row's.
-OWN_METRIC = {"rouge_l": "rougeL", "wms": "wms", "sms": "sms", "s_wms": "s_wms", "qa_conf": "qa_conf",
-              "qa_fscore": "qa_fscore", "ls_score": "ls_score"}
-OWN_METRIC |= {f"bottom_up_{name}": metric for name, metric in OWN_METRIC.items()}
-STORED_METRICS = ("qa_conf", "qa_fscore", "ls_score")  # test-time scores of runs that had them as metrics
 LEVEL = 0.95
 
 
 @dataclass
 class Run:
-    """A run directory and what its config.yaml says of it: its row, seed and where its weights came from."""
+    """A run directory and what its config.yaml says of it: its row, seed and where its weights came from, and what
+    its rewards say of the table (`trainer.evaluate.table_record`): its row label, the test metric its reward is
+    judged on, the columns of its test metrics and which of them only its test could score."""
 
     path: Path
     run_name: str
+    row: str
     seed: int | None = None
     run_id: str | None = None
     lineage: list[str] = field(default_factory=list)  # the run ids its weights descend from, oldest first
     init_from: str | None = None
     threads: int | None = None
+    test_metric: str | None = None
+    columns: dict[str, str] = field(default_factory=dict)
+    stored: list[str] = field(default_factory=list)
 
     @classmethod
     def read(cls, path: Path) -> "Run":
         cfg = OmegaConf.load(path / "config.yaml")
-        return cls(path, cfg.get("run_name") or path.name, cfg.get("seed"), cfg.get("run_id"),
-                   list(cfg.get("lineage") or []), cfg.get("init_from"), cfg.get("threads"))
+        record = cfg.get("table") or recorded_table(cfg)
+        return cls(path, cfg.get("run_name") or path.name, record["row"], cfg.get("seed"), cfg.get("run_id"),
+                   list(cfg.get("lineage") or []), cfg.get("init_from"), cfg.get("threads"), record["test_metric"],
+                   dict(record["columns"]), list(record["stored"]))
 
-    @property
-    def row(self) -> str:
-        return ROW_NAMES.get(self.run_name, self.run_name)
+
+def recorded_table(cfg: DictConfig) -> dict:
+    """The table record of a run from before runs kept one: made now from its reward and metric configs."""
+    metrics = {key: instantiate(node) for key, node in (cfg.get("metrics") or {}).items()}
+    reward = instantiate(cfg.reward) if cfg.get("reward") else None
+    return table_record(reward, metrics, cfg.get("rows") or ROWS)
 
 
 def is_run(path: Path) -> bool:
@@ -121,6 +117,11 @@ def default_out(runs: list[Path]) -> Path:
     return next((p for p in [common, *common.parents] if (p / "multirun.yaml").exists()), common)
 
 
+def baseline_row(runs: list[Run], baseline: str) -> str:
+    """The row of the runs named `baseline` (a run name or a row; `mle`: also the MLE row of runs named otherwise)."""
+    return next((run.row for run in runs if baseline in (run.run_name, run.row)), ROWS.get(baseline, baseline))
+
+
 def pair_with_baselines(runs: list[Run], baseline: str) -> dict[Path, Run]:
     """Each non-baseline run's baseline run: the one it started from (its lineage), or, for runs that do not
     record one, the baseline run of its seed. Two runs of one name and seed are not seeds of one grid: refused."""
@@ -130,7 +131,7 @@ def pair_with_baselines(runs: list[Run], baseline: str) -> dict[Path, Run]:
         if other is not run:
             raise SystemExit(f"table4: {other.path} and {run.path} are both {run.row!r} with seed {run.seed}: "
                              "runs that share a row must be seeds of one grid; give table4 one of them")
-    baseline = ROW_NAMES.get(baseline, baseline)
+    baseline = baseline_row(runs, baseline)
     bases = [run for run in runs if run.row == baseline]
     by_id = {run.run_id: run for run in bases if run.run_id}
     pairs = {}
@@ -168,19 +169,19 @@ def decode_test_split(run: Path) -> None:
 
 def read_summaries(run: Path) -> list[dict]:
     """The rows of the run's `summaries.jsonl`: id, summary, reference (text, one sentence a line), scores."""
-    return [json.loads(line) for line in (run / "summaries.jsonl").open(encoding="utf-8")]
+    return [row.data for row in jsonl_rows(run / "summaries.jsonl")]
 
 
-def score_run(run: Path, metrics: dict) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
-    """The run's means (and `n`), and its scores per article id. ROUGE and `metrics` are computed anew; the QA
-    metrics and LS-Score, which read the article (not in summaries.jsonl), are taken as the run scored them at test
-    time."""
-    path = run / "summaries.jsonl"
-    rows = read_summaries(run)
+def score_run(run: Run, metrics: dict) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """The run's means (and `n`), and its scores per article id. ROUGE and `metrics` are computed anew; the metrics
+    that read the article (not in summaries.jsonl: the unsupervised QA metrics, LS-Score) are taken as the run scored
+    them at test time."""
+    path = run.path / "summaries.jsonl"
+    rows = read_summaries(run.path)
     hyps = [split_at_sentence_ends(r["summary"].split()) for r in rows]
     refs = [[s.split() for s in r["reference"].split("\n")] for r in rows]
     means, per_example = evaluate(hyps, refs, metrics)
-    for key in STORED_METRICS:
+    for key in run.stored:
         stored = [r["scores"].get(key) for r in rows]
         if all(v is not None for v in stored):
             means[key] = sum(stored) / len(stored)
@@ -231,23 +232,23 @@ def best_row(results: dict[str, dict[str, float]], metric: str, candidate: str) 
 
 
 def significance_report(results: dict[str, dict[str, float]], comparisons: dict[str, dict[str, Comparison]],
-                        baseline: str, seeds: int, resamples: int, seed: int) -> str:
+                        baseline: str, own: dict[str, str], headers: dict[str, str], seeds: int, resamples: int,
+                        seed: int) -> str:
     """Markdown: every row's difference from the baseline per metric, then each reward row on its own metric, with
     whether it is the best row there and, over several seeds, how many of them are significant on their own."""
     intervals = {row: {m: c.pooled for m, c in cells.items()} for row, cells in comparisons.items()}
-    table = results_table(intervals, cell=lambda iv: format_interval(iv) + ("*" if iv.significant else ""))
+    table = results_table(intervals, headers, cell=lambda iv: format_interval(iv) + ("*" if iv.significant else ""))
     pooled = f"; {seeds} seeds pooled (two-level bootstrap: seeds, then articles)" if seeds > 1 else ""
     lines = [f"Difference from {baseline}:", "", table, "",
              f"paired bootstrap over {results[baseline]['n']:,} test articles, {resamples:,} resamples, "
              f"seed {seed}, {LEVEL:.0%} percentile intervals{pooled}; * = interval excludes 0"]
     diagonal = []
-    for run_name, metric in OWN_METRIC.items():
-        row = ROW_NAMES[run_name]
+    for row, metric in own.items():
         if metric not in comparisons.get(row, {}):
             continue
         comparison = comparisons[row][metric]
         best = best_row(results, metric, row)
-        line = (f"- {row} on {TABLE_COLUMNS.get(metric, metric)}: {results[baseline][metric]:.2f} → "
+        line = (f"- {row} on {headers.get(metric, metric)}: {results[baseline][metric]:.2f} → "
                 f"{results[row][metric]:.2f} ({format_interval(comparison.pooled)}) "
                 + ("significant" if comparison.pooled.significant else "not significant")
                 + ("; the best row there" if best == row else f"; {best} is higher"))
@@ -265,19 +266,13 @@ def interval_fields(interval: Interval) -> dict[str, float | bool]:
     return {"delta": interval.mean, "low": interval.low, "high": interval.high, "significant": interval.significant}
 
 
-def write_csv(path: Path, results: dict[str, dict[str, float]], comparisons: dict[str, dict[str, Comparison]]
-              ) -> None:
+def write_results_csv(path: Path, results: dict[str, dict[str, float]],
+                      comparisons: dict[str, dict[str, Comparison]]) -> None:
     """One line per model and metric (the pooled interval); the interval columns stay empty for the baseline."""
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, ["model", "metric", "mean", "delta", "low", "high", "significant", "n", "seeds"])
-        writer.writeheader()
-        for model, means in results.items():
-            for metric, mean in means.items():
-                if metric not in ("n", "seeds"):
-                    comparison = comparisons.get(model, {}).get(metric)
-                    writer.writerow({"model": model, "metric": metric, "mean": mean, "n": means["n"],
-                                     "seeds": means["seeds"], **(interval_fields(comparison.pooled) if comparison
-                                                                 else {})})
+    lines = [{"model": model, "metric": metric, "mean": mean, "n": means["n"], "seeds": means["seeds"],
+              **(interval_fields(comparisons[model][metric].pooled) if metric in comparisons.get(model, {}) else {})}
+             for model, means in results.items() for metric, mean in means.items() if metric not in ("n", "seeds")]
+    write_csv(path, ["model", "metric", "mean", "delta", "low", "high", "significant", "n", "seeds"], lines)
 
 
 def runs_caption(runs: list[Run]) -> str:
@@ -287,7 +282,8 @@ def runs_caption(runs: list[Run]) -> str:
     return f"seed {listed({r.seed for r in runs})}, threads {listed({r.threads for r in runs})}"
 
 
-def plot_differences(path: Path, intervals: dict[str, dict[str, Interval]], baseline: str, caption: str) -> None:
+def plot_differences(path: Path, intervals: dict[str, dict[str, Interval]], baseline: str, headers: dict[str, str],
+                     caption: str) -> None:
     """One panel per metric, one error bar per row: filled where the interval excludes 0, hollow where not."""
     rows = list(intervals)
     metrics = list(intervals[rows[0]])
@@ -302,7 +298,7 @@ def plot_differences(path: Path, intervals: dict[str, dict[str, Interval]], base
             ax.errorbar(interval.mean, y, xerr=[[interval.mean - interval.low], [interval.high - interval.mean]],
                         fmt="o", color="C0", markerfacecolor="C0" if interval.significant else "white", capsize=3)
         ax.axvline(0, color="grey", linewidth=0.8, zorder=0)
-        ax.set_title(TABLE_COLUMNS.get(metric, metric))
+        ax.set_title(headers.get(metric, metric))
     for ax in axes[len(metrics):]:
         ax.set_visible(False)
     axes[0].set_yticks(range(len(rows)), rows)
@@ -317,8 +313,7 @@ def validation_evidence(runs: dict[str, Path], out: Path, caption: str) -> str:
     curves, lines = {}, []
     for model, run in runs.items():
         if (run / "val_curve.csv").exists():
-            rows = csv.DictReader((run / "val_curve.csv").open(encoding="utf-8"))
-            curves[model] = [{k: float(v) for k, v in row.items() if v} for row in rows]
+            curves[model] = [{k: float(v) for k, v in row.data.items() if v} for row in csv_rows(run / "val_curve.csv")]
         if (run / "val_summary.txt").exists():
             lines.append(f"- {model}: {(run / 'val_summary.txt').read_text(encoding='utf-8').strip()}")
     if curves:
@@ -349,28 +344,29 @@ def table_cell(text: str) -> str:
     return text.replace("\n", " ").replace("|", "\\|")
 
 
-def examples_block(rows: dict[str, list[Run]], scores: dict[Path, dict], count: int, seed: int) -> str:
+def examples_block(rows: dict[str, list[Run]], scores: dict[Path, dict], headers: dict[str, str], count: int,
+                   seed: int) -> str:
     """Markdown: for `count` test articles (`choose_examples`, on each row's lowest seed's run), the reference and
     every row's summary, each with its own metric's score (rows without one: every row's own metric)."""
     runs = {row: row_runs[0] for row, row_runs in rows.items()}
-    own = {row: OWN_METRIC[run.run_name] for row, run in runs.items() if run.run_name in OWN_METRIC}
+    own = {row: run.test_metric for row, run in runs.items() if run.test_metric}
     metrics = list(dict.fromkeys(own.values())) or ["rougeL"]
     chosen = choose_examples({row: scores[run.path] for row, run in runs.items()}, metrics, count, seed)
     texts = {row: {r["id"]: r for r in read_summaries(run.path)} for row, run in runs.items()}
     seeds = sorted({str(run.seed) for run in runs.values()})
-    names = ", ".join(TABLE_COLUMNS.get(m, m) for m in metrics)
+    names = ", ".join(headers.get(m, m) for m in metrics)
     lines = [f"Examples: the {len(chosen)} test articles whose own metrics ({names}) vary most across the rows "
              "(each metric's max − min over the rows in units of its standard deviation, summed; ties by a "
              f"permutation seeded with --seed {seed}); seed {' and '.join(seeds)}'s runs (each row's lowest seed)."]
     for article in chosen:
         reference = next(iter(texts.values()))[article]["reference"]
-        lines += ["", f"Article {article}:", "", "| | summary | score |", "|---|---|---|",
-                  f"| reference | {table_cell(reference)} | |"]
+        cells = [["reference", table_cell(reference), ""]]
         for row, run in runs.items():
             shown = [own[row]] if row in own else metrics
-            score = ", ".join(f"{TABLE_COLUMNS.get(m, m)} {scores[run.path][article][m]:.2f}" for m in shown
+            score = ", ".join(f"{headers.get(m, m)} {scores[run.path][article][m]:.2f}" for m in shown
                               if scores[run.path][article].get(m) is not None)
-            lines.append(f"| {row} | {table_cell(texts[row][article]['summary'])} | {score} |")
+            cells.append([row, table_cell(texts[row][article]["summary"]), score])
+        lines += ["", f"Article {article}:", "", markdown_table(["", "summary", "score"], cells)]
     return "\n".join(lines)
 
 
@@ -407,26 +403,31 @@ def main(argv: list[str] | None = None) -> None:
     for run in runs:
         if not (run.path / "summaries.jsonl").exists():
             decode_test_split(run.path)
-        means[run.path], scores[run.path] = score_run(run.path, metrics)
-    order = list(ROW_NAMES.values())
+        means[run.path], scores[run.path] = score_run(run, metrics)
+    headers = columns(metrics)
+    for run in runs:
+        headers |= {key: column for key, column in run.columns.items() if key not in headers}
+    baseline = baseline_row(runs, args.baseline)
+    order = list(headers)  # the baseline, then the reward rows in the order of their test metrics' columns
     rows: dict[str, list[Run]] = {}
-    for run in sorted(runs, key=lambda r: (order.index(r.row) if r.row in order else len(order), r.row,
-                                           -1 if r.seed is None else r.seed)):
+    for run in sorted(runs, key=lambda r: (r.row != baseline, order.index(r.test_metric) if r.test_metric in order
+                                           else len(order), r.row, -1 if r.seed is None else r.seed)):
         rows.setdefault(run.row, []).append(run)
+    own = {row: row_runs[0].test_metric for row, row_runs in rows.items() if row_runs[0].test_metric}
     results = {row: row_means([means[run.path] for run in row_runs]) for row, row_runs in rows.items()}
     seeds = max(len(row_runs) for row_runs in rows.values())
-    report = results_table({row: {k: v for k, v in r.items() if k != "seeds"} for row, r in results.items()})
+    report = results_table({row: {k: v for k, v in r.items() if k != "seeds"} for row, r in results.items()}, headers)
     if seeds > 1:
         report += f"\n\nmeans over each row's seeds ({seeds} at most)"
     comparisons = {}
-    baseline = ROW_NAMES.get(args.baseline, args.baseline)
     if pairs:
         try:
             comparisons = compare_rows(rows, pairs, scores, [k for k in results[baseline] if k not in ("n", "seeds")],
                                        args.resamples, args.seed)
         except ValueError as error:
             raise SystemExit(f"table4: {error}") from error
-        report += "\n\n" + significance_report(results, comparisons, baseline, seeds, args.resamples, args.seed)
+        report += "\n\n" + significance_report(results, comparisons, baseline, own, headers, seeds, args.resamples,
+                                                 args.seed)
     else:
         print(f"table4: no intervals were computed (they need the {baseline} run, run_name {args.baseline}, "
               "and at least one other)", file=sys.stderr)
@@ -437,28 +438,27 @@ def main(argv: list[str] | None = None) -> None:
     evidence = validation_evidence(labelled, out, runs_caption(runs))
     report += "\n\n" + evidence if evidence else ""
     if args.examples > 0:
-        report += "\n\n" + examples_block(rows, scores, args.examples, args.seed)
+        report += "\n\n" + examples_block(rows, scores, headers, args.examples, args.seed)
     print(report)
     (out / "table4.md").write_text(report + "\n")
-    write_csv(out / "table4.csv", results, comparisons)
+    write_results_csv(out / "table4.csv", results, comparisons)
     table = {model: dict(row) for model, row in results.items()}
     for model, cells in comparisons.items():
         table[model]["vs_mle"] = {metric: interval_fields(c.pooled) for metric, c in cells.items()}
         table[model]["vs_mle_per_seed"] = {str(s): {metric: interval_fields(c.per_seed[s]) for metric, c in
                                                     cells.items()} for s in next(iter(cells.values())).per_seed}
     table["diagonal"] = {}  # each reward run on its own metric, by run name
-    for name, metric in OWN_METRIC.items():
-        comparison = comparisons.get(ROW_NAMES[name], {}).get(metric)
+    for row, metric in own.items():
+        comparison = comparisons.get(row, {}).get(metric)
         if comparison:
-            table["diagonal"][name] = {"row": ROW_NAMES[name], "metric": metric, **interval_fields(comparison.pooled),
-                                       "seeds": len(comparison.per_seed), "seeds_significant":
-                                       comparison.significant_seeds,
-                                       "best_row": best_row(results, metric, ROW_NAMES[name]) == ROW_NAMES[name]}
+            table["diagonal"][rows[row][0].run_name] = {
+                "row": row, "metric": metric, **interval_fields(comparison.pooled), "seeds": len(comparison.per_seed),
+                "seeds_significant": comparison.significant_seeds, "best_row": best_row(results, metric, row) == row}
     (out / "table4.json").write_text(json.dumps(table, indent=2) + "\n")
     if comparisons:
         plot_differences(out / "table4_diff.png",
                          {row: {m: c.pooled for m, c in cells.items()} for row, cells in comparisons.items()},
-                         baseline, runs_caption(runs))
+                         baseline, headers, runs_caption(runs))
 
 
 if __name__ == "__main__":

@@ -45,3 +45,11 @@ def tiny_ls_score(tiny_qa_model, tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("tiny_ls_score")
     load_scorer(None, encoder=tiny_qa_model)[1].save(path)
     return str(path)
+
+
+def run_config(run_name: str, reward=None, rows=None, metrics=None, **fields) -> str:
+    """A run's config.yaml as `trainer.train` writes it for table4: its fields and the table record of its reward."""
+    from omegaconf import OmegaConf
+    from trainer.evaluate import ROWS, table_record
+    record = table_record(reward, metrics or {}, rows or ROWS)
+    return OmegaConf.to_yaml({"run_name": run_name, **fields, "table": record})

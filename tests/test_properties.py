@@ -16,7 +16,8 @@ from models.text.records import DataError
 from models.text.vocab import Vocabulary
 from rewards.base import RewardInput, reward_bounds
 from rewards.mover import MoverSimilarity
-from rewards.scoring import compose_rewards, hypothesis_tokens, tokenize
+from rewards.scoring import hypothesis_tokens, tokenize
+from scripts.cli import compose_rewards
 from trainer.data import SummarizationData
 from trainer.sources import LocalFile
 

@@ -8,7 +8,7 @@ from models.decoding import rollout_rows, sample_and_greedy
 from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
 from models.text.batch import Example, collate
 from models.text.vocab import Vocabulary
-from rewards.base import RewardInput
+from rewards.base import Display, RewardInput
 from rewards.rouge import RougeL
 from trainer.baselines import GreedyBaseline, LeaveOneOut
 from trainer.module import SummarizationModule, self_critical_loss
@@ -293,7 +293,8 @@ def test_test_metric_validation_scores_the_beam_decodes_with_the_test_metric_unp
 def test_test_metric_validation_is_the_rewards_own_metric_for_a_mover_reward():
     """A reward without a `test_metric` (the mover's similarities) is its own test metric, at its display scale."""
     class Length:
-        name, needs_reference = "wms", True  # scored ×1000, as the mover's metrics are
+        name, needs_reference = "length", True
+        display = Display("Length", 1000)  # scored ×1000, as the mover's metrics are
 
         def __call__(self, inputs):
             return inputs.hyp_lens.float() / 100

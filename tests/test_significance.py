@@ -7,11 +7,16 @@ import json
 import math
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from scipy import stats
 
+from conftest import run_config
+from rewards.base import Display
+from rewards.mover import SentenceMoverSimilarity, SentenceWordMoverSimilarity, WordMoverSimilarity
+from rewards.rouge import RougeL
 from test_scripts import load_script, write_jsonl
 from trainer.significance import Interval, paired_bootstrap, paired_differences, pooled_bootstrap
 
@@ -157,10 +162,20 @@ WORDS = ("river bridge mountain forest village market teacher doctor garden wint
 UNRELATED = "stocks fell sharply after the bank raised interest rates".split()
 
 
+# The rewards of the hand-made runs, by run name (their display metadata names the rows and their test metrics).
+REWARDS = {"mle": None, "rouge_l": RougeL(), "wms": WordMoverSimilarity(None), "sms": SentenceMoverSimilarity(None),
+           "s_wms": SentenceWordMoverSimilarity(None)}
+BOTTOM_UP = {"mle": "Bottom-up (no reward)", "mixed": "Bottom-up Mixed w/ {reward}"}
+# QA rewards as table4 sees them (their display metadata), without a QA model
+QA_CONF = SimpleNamespace(name="qa_conf", needs_reference=False, display=Display("QAconf", 100, reads_article=True))
+QA_LEARNED = SimpleNamespace(name="qa_learned", needs_reference=False, display=Display("QA learned", 100, True))
+
+
 def write_run(root: Path, run_name: str, summaries: list[str], references: list[str]) -> None:
     run = root / run_name
     run.mkdir()
-    (run / "config.yaml").write_text(f"run_name: {run_name}\n")
+    custom = {} if run_name in REWARDS else {"rows": {"mle": run_name}}  # a run whose reward says nothing of itself
+    (run / "config.yaml").write_text(run_config(run_name, REWARDS.get(run_name), **custom))
     write_jsonl(run / "summaries.jsonl", [{"id": f"art-{i:02d}", "summary": s, "reference": r, "scores": {}}
                                           for i, (s, r) in enumerate(zip(summaries, references))])
 
@@ -256,7 +271,8 @@ def test_table4_takes_qa_scores_as_the_runs_scored_them(tmp_path, capsys):
     for name, qa_conf in (("mle", 10.0), ("qa_conf", 30.0)):
         run = tmp_path / name
         run.mkdir()
-        (run / "config.yaml").write_text(f"run_name: {name}\n")
+        reward = QA_CONF if name == "qa_conf" else None
+        (run / "config.yaml").write_text(run_config(name, reward, metrics={"qa_conf": QA_CONF}))
         write_jsonl(run / "summaries.jsonl", [{"id": f"a{i}", "summary": "the river .", "reference": r,
                                                "scores": {"qa_conf": qa_conf + i % 2}}
                                               for i, r in enumerate(references)])
@@ -274,7 +290,7 @@ def test_table4_compares_with_the_baseline_it_is_given(grid, tmp_path, capsys):
     """The bottom-up grid compares its reward rows with the bottom-up model without a reward (--baseline)."""
     for name, source in (("bottom_up_mle", "mle"), ("bottom_up_rouge_l", "rouge_l"), ("bottom_up_wms", "wms")):
         shutil.copytree(grid / source, tmp_path / name)
-        (tmp_path / name / "config.yaml").write_text(f"run_name: {name}\n")
+        (tmp_path / name / "config.yaml").write_text(run_config(name, REWARDS[source], BOTTOM_UP))
     load_script("table4").main([str(tmp_path), "--metrics", "--baseline", "bottom_up_mle", "--out", str(tmp_path)])
     report = capsys.readouterr().out
     assert "Difference from Bottom-up (no reward):" in report
@@ -284,9 +300,11 @@ def test_table4_compares_with_the_baseline_it_is_given(grid, tmp_path, capsys):
 
 
 def test_table4_names_scialom_table2_rows(grid, tmp_path, capsys):
+    rows = {"mle": "MLE+Pgen (no reward)", "mixed": "+{reward} + TL;DR"}  # as conf/experiment/scialom_table2*.yaml
     for name, source in (("mle+cnndm_sample", "mle"), ("qa_learned+cnndm_sample_tldr", "rouge_l")):
         shutil.copytree(grid / source, tmp_path / name)
-        (tmp_path / name / "config.yaml").write_text(f"run_name: {name}\n")
+        reward = QA_LEARNED if source == "rouge_l" else None
+        (tmp_path / name / "config.yaml").write_text(run_config(name, reward, rows))
     load_script("table4").main([str(tmp_path), "--metrics", "--out", str(tmp_path)])
     report = capsys.readouterr().out
     assert "| +QA learned + TL;DR | " in report.split("Difference from MLE+Pgen (no reward):")[1]
@@ -298,8 +316,9 @@ def write_seed_run(root: Path, name: str, seed: int, summaries: list[str], refer
                    run_id: str | None = None, lineage: tuple[str, ...] = ()) -> Path:
     run = root / name
     run.mkdir(parents=True)
-    (run / "config.yaml").write_text(f"run_name: {name.split('/')[-1]}\nseed: {seed}\nrun_id: {run_id or name}\n"
-                                     f"lineage: {list(lineage)}\n")
+    run_name = name.split("/")[-1]
+    (run / "config.yaml").write_text(run_config(run_name, REWARDS[run_name], seed=seed, run_id=run_id or name,
+                                                lineage=list(lineage)))
     write_jsonl(run / "summaries.jsonl", [{"id": f"art-{i:02d}", "summary": s, "reference": r, "scores": {}}
                                           for i, (s, r) in enumerate(zip(summaries, references))])
     (run / ".hydra" / "2026-01-01_00-00-00_1").mkdir(parents=True)  # Hydra's records of one start: not a run
@@ -345,7 +364,7 @@ def test_table4_compares_a_run_with_the_mle_run_it_started_from(seed_grid, tmp_p
     """Seed 1's ROUGE-L run started from seed 0's MLE run (its lineage says so), not from the MLE run of its seed."""
     shutil.copytree(seed_grid / "seed_0" / "mle", tmp_path / "a")
     shutil.copytree(seed_grid / "seed_1" / "rouge_l", tmp_path / "b")
-    (tmp_path / "b" / "config.yaml").write_text("run_name: rouge_l\nseed: 1\nrun_id: rl1\nlineage: [mle0]\n")
+    (tmp_path / "b" / "config.yaml").write_text(run_config("rouge_l", RougeL(), seed=1, run_id="rl1", lineage=["mle0"]))
     load_script("table4").main([str(tmp_path / "a"), str(tmp_path / "b"), "--metrics", "--out", str(tmp_path)])
     assert "- Mixed w/ ROUGE-L on ROUGE-L" in capsys.readouterr().out
 
@@ -353,7 +372,7 @@ def test_table4_compares_a_run_with_the_mle_run_it_started_from(seed_grid, tmp_p
 def test_table4_refuses_a_run_whose_start_is_not_given(seed_grid, tmp_path):
     """The issue's case: a mixed run started from one MLE run, given beside another MLE run of the same seed."""
     shutil.copytree(seed_grid / "seed_0" / "mle", tmp_path / "other_mle")
-    (tmp_path / "other_mle" / "config.yaml").write_text("run_name: mle\nseed: 0\nrun_id: cc1\nlineage: []\n")
+    (tmp_path / "other_mle" / "config.yaml").write_text(run_config("mle", seed=0, run_id="cc1", lineage=[]))
     with pytest.raises(SystemExit, match=r"rouge_l descends from runs mle0 .* none of which is a MLE\+Pgen"):
         load_script("table4").main([str(tmp_path / "other_mle"), str(seed_grid / "seed_0" / "rouge_l"), "--metrics",
                                     "--out", str(tmp_path)])
@@ -376,8 +395,8 @@ def test_demo_robustness_counts_grids_whose_whole_diagonal_is_significant(tmp_pa
     robustness = load_script("demo_robustness")
     for name, sms_low in (("t1_s0", 0.5), ("t2_s0", -0.5)):
         (tmp_path / name).mkdir()
-        diagonal = {r: {"delta": 2.0, "low": 1.0, "high": 3.0, "significant": True, "best_row": r != "wms"}
-                    for r in robustness.REWARDS}
+        diagonal = {r: {"row": f"Mixed w/ {r}", "delta": 2.0, "low": 1.0, "high": 3.0, "significant": True,
+                        "best_row": r != "wms"} for r in robustness.REWARDS}
         diagonal["sms"] |= {"low": sms_low, "significant": sms_low > 0}
         (tmp_path / name / "table4.json").write_text(json.dumps({"diagonal": diagonal}))
     robustness.main(["--seeds", "0", "--threads", "1", "2", "--out", str(tmp_path)])
@@ -386,7 +405,8 @@ def test_demo_robustness_counts_grids_whose_whole_diagonal_is_significant(tmp_pa
     assert data["per_reward"]["sms"] | {} == {"mean_delta": 2.0, "smallest_low": -0.5, "largest_delta": 2.0,
                                                "smallest_delta": 2.0, "significant": 1, "best_row": 2}
     assert data["per_reward"]["wms"]["best_row"] == 0
-    assert "**1 of 2 grids** have all four diagonals significant" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "**1 of 2 grids** have all four diagonals significant" in printed and "| Mixed w/ sms | " in printed
 
 
 def test_table4_writes_into_the_sweep_that_holds_the_runs(seed_grid, capsys):
@@ -394,3 +414,45 @@ def test_table4_writes_into_the_sweep_that_holds_the_runs(seed_grid, capsys):
     (seed_grid / "table4.md").unlink(missing_ok=True)
     load_script("table4").main([str(seed_grid / "seed_0"), "--metrics"])
     assert (seed_grid / "table4.md").exists() and not (seed_grid / "seed_0" / "table4.md").exists()
+
+
+# ---------------------------------------------------------------- a new reward: one class, one YAML
+
+TOY_REWARD = '''
+from rewards.base import Display
+
+
+class Length:
+    """Longer summaries score higher: tokens / 100, shown ×1000 under "Length"."""
+
+    name, needs_reference = "length", False
+    display = Display("Length", 1000)
+
+    def __call__(self, inputs):
+        return inputs.hyp_lens.float() / 100
+'''
+
+
+def test_a_new_reward_is_one_class_and_one_yaml_and_table4_shows_it_at_its_scale(tmp_path, monkeypatch, capsys):
+    (tmp_path / "toy_reward.py").write_text(TOY_REWARD)
+    (tmp_path / "my_conf" / "reward").mkdir(parents=True)
+    (tmp_path / "my_conf" / "reward" / "length.yaml").write_text("_target_: toy_reward.Length\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reward = load_script("cli").compose_rewards(["length"], config_dirs=[tmp_path / "my_conf"])["length"]
+    # two runs as training writes them: MLE, and a mixed run trained with the new reward, started from it
+    runs = {"mle": (None, ["a b .", "a b c d ."], []), "length": (reward, ["a b c .", "a b c d e f ."], ["m"])}
+    for name, (trained_with, summaries, lineage) in runs.items():
+        (tmp_path / "runs" / name).mkdir(parents=True)
+        (tmp_path / "runs" / name / "config.yaml").write_text(
+            run_config(name, trained_with, run_id=name[0], lineage=lineage))
+        write_jsonl(tmp_path / "runs" / name / "summaries.jsonl", [
+            {"id": f"a{i}", "summary": s, "reference": "a b c .", "scores": {}} for i, s in enumerate(summaries)])
+    load_script("table4").main([str(tmp_path / "runs"), "--metrics", "length", "--config-dir",
+                                str(tmp_path / "my_conf"), "--resamples", "20", "--out", str(tmp_path)])
+    report = capsys.readouterr().out
+    header, _, mle, mixed = report.splitlines()[:4]
+    assert header.endswith("| Length |")
+    # tokens (the final '.' included) / 100, ×1000: MLE (3 + 5) / 2 · 10 = 40, the new reward's run (4 + 7) / 2 · 10
+    assert mle.startswith("| MLE+Pgen (no reward) |") and mle.endswith("| 40.00 |")
+    assert mixed.startswith("| Mixed w/ Length |") and mixed.endswith("| 55.00 |")
+    assert "- Mixed w/ Length on Length: 40.00 → 55.00 (+15.00 [" in report

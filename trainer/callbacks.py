@@ -1,13 +1,14 @@
 """Callbacks that make a run's evidence visible: every validation recorded, drawn, and summed up in one line."""
 from __future__ import annotations
 
-import csv
 import logging
 import time
 from pathlib import Path
 from typing import Sequence
 
 import pytorch_lightning as pl
+
+from trainer.tables import write_csv
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +78,7 @@ class ValidationCurve(pl.Callback):
 
     def write_csv(self, path: Path) -> None:
         keys = ["step", "seconds"] + sorted({k for p in self.points for k in p} - {"step", "seconds"})
-        with path.open("w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=keys)
-            writer.writeheader()
-            writer.writerows(self.points)
+        write_csv(path, keys, self.points)
 
 
 def plot_curves(curves: dict[str, list[dict[str, float]]], path: Path, panels: Sequence[str] = SUMMARY_PANELS,

@@ -8,12 +8,15 @@ from typing import Any, Callable, Mapping
 import torch
 from rouge_score import rouge_scorer
 
-from rewards.base import Reward
-from rewards.scoring import display_scale, score_texts
+from rewards.base import Reward, display, test_metric_of
+from rewards.scoring import score_texts
+from trainer.tables import markdown_table
 
 log = logging.getLogger(__name__)
 
-ROUGE_KEYS = ("rouge1", "rouge2", "rougeL", "rougeLsum")
+ROUGE_COLUMNS = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L", "rougeLsum": "ROUGE-Lsum"}
+ROUGE_KEYS = tuple(ROUGE_COLUMNS)
+ROWS = {"mle": "MLE+Pgen (no reward)", "mixed": "Mixed w/ {reward}"}  # conf/train.yaml's `rows`
 
 
 def rouge_scores(hypotheses: list[list[list[str]]], references: list[list[list[str]]]) -> list[dict[str, float]]:
@@ -36,7 +39,8 @@ def as_text(summaries: list[list[list[str]]]) -> list[str]:
 def evaluate(hypotheses: list[list[list[str]]], references: list[list[list[str]]],
              metrics: Mapping[str, Reward] | None = None, device: torch.device | str = "cpu",
              sources: list[str] | None = None) -> tuple[dict[str, float], list[dict[str, float | None]]]:
-    """Corpus means and per-example scores, as the papers print them (ROUGE and QA ×100, mover's ×1000).
+    """Corpus means and per-example scores, as the papers print them (each metric at its `Display.scale`: ROUGE and QA
+    ×100, mover's ×1000).
     `sources`: the articles' text, for metrics that read the article (the unsupervised QA metrics).
 
     A metric that does not apply to an example (None: e.g. a mover's similarity whose reference has no
@@ -46,7 +50,7 @@ def evaluate(hypotheses: list[list[list[str]]], references: list[list[list[str]]
                          device=device, sources=sources)
     for name, values in scores.items():
         for row, value in zip(per_example, values):
-            row[name] = None if value is None else display_scale(metrics[name]) * value
+            row[name] = None if value is None else display(metrics[name]).scale * value
     means = {}
     for key in per_example[0] if per_example else []:
         values = [r[key] for r in per_example if r[key] is not None]
@@ -58,18 +62,30 @@ def evaluate(hypotheses: list[list[list[str]]], references: list[list[list[str]]
     return means, per_example
 
 
-TABLE_COLUMNS = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L", "rougeLsum": "ROUGE-Lsum",
-                 "wms": "WMS", "sms": "SMS", "s_wms": "S+WMS", "qa_conf": "QAconf", "qa_fscore": "QAfscore"}
+def columns(metrics: Mapping[str, Reward]) -> dict[str, str]:
+    """Table headers of `evaluate`'s keys: ROUGE's, then each metric's own (`Display.column`), in that order."""
+    return ROUGE_COLUMNS | {key: display(metric).column for key, metric in metrics.items()}
 
 
-def results_table(results: Mapping[str, Mapping[str, Any]], cell: Callable[[Any], str] = "{:.2f}".format) -> str:
-    """A markdown table, one row per run: ROUGE and QA ×100, mover's metrics ×1000, then any other metric;
-    `cell` formats each value (a mean by default)."""
-    keys = [k for k in TABLE_COLUMNS if any(k in r for r in results.values())]
+def table_record(reward: Reward | None, metrics: Mapping[str, Reward], rows: Mapping[str, str] = ROWS
+                 ) -> dict[str, Any]:
+    """What table4 shows of a run (kept in its config.yaml as `table`): its row (`rows`, `{reward}` standing for the
+    reward's column), the test metric its reward is judged on, the column of each test metric, and the metrics only
+    the test could score (they read the article, which summaries.jsonl does not keep)."""
+    record = {"row": rows["mle"], "test_metric": None, "columns": columns(metrics),
+              "stored": [key for key, metric in metrics.items() if display(metric).reads_article]}
+    if reward is not None:
+        record["row"] = rows["mixed"].format(reward=display(reward).column)
+        record["test_metric"] = test_metric_of(reward)
+        record["columns"].setdefault(record["test_metric"], display(reward).column)
+    return record
+
+
+def results_table(results: Mapping[str, Mapping[str, Any]], headers: Mapping[str, str] = ROUGE_COLUMNS,
+                  cell: Callable[[Any], str] = "{:.2f}".format) -> str:
+    """A markdown table, one row per run: the `headers` keys in their order (their values head the columns), then any
+    other key; `cell` formats each value (a mean by default)."""
+    keys = [k for k in headers if any(k in r for r in results.values())]
     keys += sorted({k for r in results.values() for k in r} - set(keys) - {"n"})
-    header = "| model | " + " | ".join(TABLE_COLUMNS.get(k, k) for k in keys) + " |"
-    lines = [header, "|" + "---|" * (len(keys) + 1)]
-    for name, row in results.items():
-        cells = [cell(row[k]) if k in row else "-" for k in keys]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return markdown_table(["model", *(headers.get(k, k) for k in keys)],
+                          [[name, *(cell(row[k]) if k in row else "-" for k in keys)] for name, row in results.items()])

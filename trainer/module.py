@@ -15,7 +15,7 @@ from torch import Tensor
 from models.decoding import Decoded, beam_search, check_beam_settings, greedy, rollout_rows, sample_and_greedy
 from models.text.batch import Batch
 from models.text.vocab import SENTENCE_END, Vocabulary, split_at_sentence_ends
-from rewards.base import Reward, RewardInput, WeightedSum
+from rewards.base import Reward, RewardInput, WeightedSum, not_applicable, test_metric_of, zero_where_not_applicable
 from rewards.rouge import RougeL
 from trainer.baselines import Baseline, GreedyBaseline
 from trainer.checkpoints import checkpoint_description
@@ -180,15 +180,13 @@ class SummarizationModule(pl.LightningModule):
         with torch.no_grad():  # one reward call scores the samples and the greedy rows together
             inputs = RewardInput.from_decoded(decoded.ids, decoded.lengths, rollouts, self.vocab)
             rewards, terms = self._reward(inputs, self.unlabelled_fraction)
-        # NaN: the reward does not apply (a reference without content, say); nor does a reference-based reward
-        # without a reference. Such rows get 0, sample and baseline alike (where, not a product: NaN·0 is NaN).
-        not_applicable = rewards.isnan()
-        if self.reward.needs_reference:
-            not_applicable |= ~inputs.has_reference
-        rewards = torch.where(not_applicable, torch.zeros_like(rewards), rewards)
+        # Rows where the reward does not apply (NaN, or no reference for a reference-based one) get 0, sample and
+        # baseline alike.
+        missing = not_applicable(self.reward, rewards, inputs)
+        rewards = zero_where_not_applicable(self.reward, rewards, inputs)
         r_sample = rewards[: B * k].view(B, k)
         baseline = self.baseline(r_sample, rewards[B * k:] if with_greedy else None)
-        return Rollouts(decoded, rows, rollouts, rewards, terms, not_applicable, r_sample, baseline,
+        return Rollouts(decoded, rows, rollouts, rewards, terms, missing, r_sample, baseline,
                         time.perf_counter() - decode_end)
 
     def _mixed_step(self, batch: Batch, enc: Any) -> Tensor:
@@ -292,7 +290,7 @@ class SummarizationModule(pl.LightningModule):
     def test_metric(self, batch: Batch, enc: Any) -> Tensor:
         """The mean of the reward's test metric (`test_metric`, else its own name: the reward itself, scored on text as
         the test scores it), without the repeat penalty, over the test decoder's summaries of a labelled batch."""
-        key = getattr(self.reward, "test_metric", self.reward.name)
+        key = test_metric_of(self.reward)
         rows = self.summaries(beam_search(self.model, enc, **self.beam), batch)
         means, _ = evaluate([r["summary"] for r in rows], [r["reference"] for r in rows],
                             {} if key in ROUGE_KEYS else {key: self.reward}, device=self.device,

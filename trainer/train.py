@@ -27,7 +27,7 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from trainer.checkpoints import (AtomicCheckpointIO, check_resume, check_vocabulary, checkpoint_info,
                                  keep_start_as_best, load_model_weights)
 from trainer.data import SummarizationData
-from trainer.evaluate import results_table
+from trainer.evaluate import results_table, table_record
 from trainer.module import SummarizationModule
 
 log = logging.getLogger(__name__)
@@ -252,8 +252,10 @@ def run(cfg: DictConfig) -> dict:
                                       plugins=[AtomicCheckpointIO()])
     Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
     module.provenance = provenance(cfg)
+    record = table_record(getattr(module, "reward", None), getattr(module, "metrics", {}), cfg.rows)
     with open_dict(cfg):
         cfg.update(module.provenance)
+        cfg.table = record  # table4 reads the run's row, test metric and columns here
     if not cfg.ckpt_path:  # a resume keeps the record of how the run was started (and was checked against it)
         (Path(cfg.output_dir) / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     if cfg.train:
@@ -273,7 +275,7 @@ def run(cfg: DictConfig) -> dict:
                               callbacks=callbacks)
     call_or_stop(trainer, "test", cfg, model=module, datamodule=data, ckpt_path=best or cfg.ckpt_path or None)
     results = json.loads((Path(cfg.output_dir) / "results.json").read_text())
-    print(results_table({cfg.run_name: results}))
+    print(results_table({cfg.run_name: results}, record["columns"]))
     return results
 
 
