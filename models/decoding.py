@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from models.pointer_generator import EncoderOutput, PointerGenerator
+from models.text.vocab import Vocabulary
 
 
 @dataclass
@@ -33,9 +34,13 @@ class Decoded:
 
 class StepProcessor(Protocol):
     """Forbids next tokens: writes `blocked` (0 for probabilities, −inf for log-probabilities) into `scores`
-    [N, X] in place, given the tokens so far, `history` [N, t] (t = the step)."""
+    [N, X] in place, given the tokens so far, `history` [N, t] (t = the step). `check(max_len)` raises where the
+    rule could not work in a decode of at most `max_len` tokens (called when a run is built). The test-time rules are
+    configured as a list (conf/module/summarizer.yaml, `beam.processors`)."""
 
     def __call__(self, scores: Tensor, history: Tensor, blocked: float) -> None: ...
+
+    def check(self, max_len: int) -> None: ...
 
 
 @dataclass
@@ -47,16 +52,24 @@ class ForbidTokens:
         for i in self.ids:
             scores[:, i] = blocked
 
+    def check(self, max_len: int) -> None:
+        pass
+
 
 @dataclass
 class MinLength:
     """</s> only after `min_len` tokens."""
     min_len: int
-    eos_id: int
+    eos_id: int = Vocabulary.eos_id
 
     def __call__(self, scores: Tensor, history: Tensor, blocked: float) -> None:
         if history.size(1) < self.min_len:
             scores[:, self.eos_id] = blocked
+
+    def check(self, max_len: int) -> None:
+        if not 0 <= self.min_len < max_len:  # from max_len on, </s> is never allowed: every summary would be cut off
+            raise ValueError(f"beam search: min_len must be at least 0 and below max_len ({max_len}), got "
+                             f"{self.min_len}")
 
 
 class BlockRepeatedTrigrams:
@@ -67,6 +80,9 @@ class BlockRepeatedTrigrams:
             match = (history[:, :-2] == history[:, -2:-1]) & (history[:, 1:-1] == history[:, -1:])
             repeated = torch.zeros_like(scores).scatter_reduce_(1, history[:, 2:], match.to(scores.dtype), "amax")
             scores.masked_fill_(repeated.bool(), blocked)
+
+    def check(self, max_len: int) -> None:
+        pass
 
 
 def _processors(model: PointerGenerator, extra: Sequence[StepProcessor]) -> list[StepProcessor]:
@@ -162,16 +178,14 @@ def sample_and_greedy(model: PointerGenerator, enc: EncoderOutput, max_len: int 
 
 @torch.no_grad()
 def beam_search(model: PointerGenerator, enc: EncoderOutput, beam_size: int = 4, max_len: int = 100,
-                min_len: int = 35, length_penalty: float = 1.0, block_trigrams: bool = False,
-                processors: Sequence[StepProcessor] = ()) -> Decoded:
+                length_penalty: float = 1.0, processors: Sequence[StepProcessor] = ()) -> Decoded:
     """Beam search batched over examples and beams, as in See et al.: each step ranks the top 2K extensions
     of the K live hypotheses; those ending in </s> (ranked above the K-th live one) are finished, the first
     K others live on. An example stops once it has K finished hypotheses. The result is the finished
     hypothesis (or, if none, the best live one at `max_len`) with the best score / length ** length_penalty.
-    </s> is forbidden before `min_len` tokens (`MinLength`); `block_trigrams` adds `BlockRepeatedTrigrams`."""
+    `processors` are the rules on the next token (`MinLength`, `BlockRepeatedTrigrams`, ...), applied in order."""
     cfg, K = model.config, beam_size
-    processors = _processors(model, [*processors, MinLength(min_len, cfg.eos_id),
-                                     *([BlockRepeatedTrigrams()] if block_trigrams else [])])
+    processors = _processors(model, processors)
     B, device = enc.src_ext.size(0), enc.src_ext.device
     enc = enc.index_select(torch.arange(B, device=device).repeat_interleave(K))
     state = model.initial_state(enc)
@@ -232,10 +246,10 @@ def check_beam_settings(**settings: Any) -> None:
     run is built, as the test-time decode comes only after training. Unknown names are a TypeError."""
     bound = inspect.signature(beam_search).bind(None, None, **settings)  # None, None: the model and the articles
     bound.apply_defaults()
-    beam_size, max_len, min_len = (bound.arguments[name] for name in ("beam_size", "max_len", "min_len"))
+    beam_size, max_len, processors = (bound.arguments[name] for name in ("beam_size", "max_len", "processors"))
     if beam_size < 1:
         raise ValueError(f"beam search: beam_size must be at least 1, got {beam_size}")
     if max_len < 1:
         raise ValueError(f"beam search: max_len must be at least 1, got {max_len}")
-    if not 0 <= min_len < max_len:  # from max_len on, </s> is never allowed: every summary would be cut off
-        raise ValueError(f"beam search: min_len must be at least 0 and below max_len ({max_len}), got {min_len}")
+    for processor in processors:
+        processor.check(max_len)

@@ -18,13 +18,15 @@ class RewardInput:
 
     hyp [B, T] extended ids (see `models.text.vocab`), positions >= hyp_lens are padding and the
     </s> token is not part of the hypothesis. `batch` carries references (`ref`, `ref_sentence`,
-    `references`), sources and the has-reference mask.
+    `references`), sources and the has-reference mask. `unlabelled_fraction`: the share of the training batches'
+    articles without a reference (`WeightedSum`); 0 in validation and test, which score the reward as defined.
     """
 
     hyp: Tensor
     hyp_lens: Tensor
     batch: Batch
     vocab: Vocabulary
+    unlabelled_fraction: float = 0.0
     _tokens: list[list[str]] | None = field(default=None, repr=False)
     _host: dict[str, np.ndarray] | None = field(default=None, repr=False)
 
@@ -63,13 +65,14 @@ class RewardInput:
         return [" ".join(tokens) for tokens in self.hyp_tokens()]
 
     @classmethod
-    def from_decoded(cls, ids: Tensor, lengths: Tensor, batch: Batch, vocab: Vocabulary) -> "RewardInput":
+    def from_decoded(cls, ids: Tensor, lengths: Tensor, batch: Batch, vocab: Vocabulary,
+                     unlabelled_fraction: float = 0.0) -> "RewardInput":
         """From decoder output, whose `lengths` count the </s> step when one was produced."""
         ended = (ids.gather(1, (lengths - 1).clamp(min=0)[:, None])[:, 0] == vocab.eos_id) & (lengths > 0)
         hyp_lens = lengths - ended.long()
         positions = torch.arange(ids.size(1), device=ids.device)[None]
         hyp = ids.masked_fill(positions >= hyp_lens[:, None], vocab.pad_id)
-        return cls(hyp=hyp, hyp_lens=hyp_lens, batch=batch, vocab=vocab)
+        return cls(hyp=hyp, hyp_lens=hyp_lens, batch=batch, vocab=vocab, unlabelled_fraction=unlabelled_fraction)
 
     @classmethod
     def from_texts(cls, hypotheses: list[list[str]], references: list[list[list[str]] | None],
@@ -114,8 +117,10 @@ class Reward(Protocol):
     submodule, so no optimizer, DDP wrapper or checkpoint sees it), in eval mode without gradients,
     runs it under `inference_mode` and moves it to its inputs' device on use. Per-article work is
     cached by article id. An optional `diagnostics` dict describes the last call (logged as
-    `train/reward/<key>`). Optional metadata: `display` (`Display`; default: its name, ×1), `test_metric` (the key
-    of the test metric a run trained with it is judged on; default: its name, the reward itself scored on text) and
+    `train/reward/<key>`), and a sum of rewards keeps each term's values of its last call in `term_values`
+    (logged too). A reward that shapes another (`rewards.repeats.RepeatPenalty`) keeps it as `wrapped`.
+    Optional metadata: `display` (`Display`; default: its name, ×1), `test_metric` (the key of the test metric a
+    run trained with it is judged on; default: its name, the reward itself scored on text) and
     `bounds` (default [0, 1]).
     """
 
@@ -156,10 +161,11 @@ def zero_where_not_applicable(reward: Reward, values: Tensor, inputs: RewardInpu
 class WeightedSum:
     """sum_k w_k r_k, itself a reward. A reference-based term adds nothing where it does not apply.
 
-    Training on a mix of articles with and without references (`trainer.data.MixedShuffle`), the caller passes the
-    fraction p without one to `total`: reference-based terms then weigh w_k/(1 − p) where a reference exists (and
-    0 where none does), so that their expected weight per example stays w_k (Scialom et al. 2019 at p = 0.5: ROUGE-L
-    ×2 or ×0). Validation and test pass nothing: the reward as defined.
+    Training on a mix of articles with and without references (`trainer.data.MixedShuffle`), the inputs carry the
+    fraction p without one (`RewardInput.unlabelled_fraction`): reference-based terms then weigh w_k/(1 − p) where a
+    reference exists (and 0 where none does), so that their expected weight per example stays w_k (Scialom et al.
+    2019 at p = 0.5: ROUGE-L ×2 or ×0). Validation and test have p = 0: the reward as defined. Each term's values
+    of the last call are kept in `term_values`.
     """
 
     def __init__(self, terms: Mapping[str, Reward], weights: Mapping[str, float],
@@ -172,6 +178,7 @@ class WeightedSum:
         self.name = name or "+".join(f"{self.weights[k]:g}*{t.name}" for k, t in self.terms.items())
         self.needs_reference = all(t.needs_reference for t in self.terms.values())
         self.display = Display(column or self.name, scale, any(display(t).reads_article for t in self.terms.values()))
+        self.term_values: dict[str, Tensor] = {}  # of the last call, for the log
 
     def components(self, inputs: RewardInput) -> dict[str, Tensor]:
         """Each term's reward, 0 where it does not apply."""
@@ -183,7 +190,8 @@ class WeightedSum:
         return sum(self.weights[k] * scale[k] * v for k, v in parts.items())
 
     def __call__(self, inputs: RewardInput) -> Tensor:
-        return self.total(self.components(inputs))
+        self.term_values = self.components(inputs)
+        return self.total(self.term_values, inputs.unlabelled_fraction)
 
     @property
     def diagnostics(self) -> dict[str, float]:

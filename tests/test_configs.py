@@ -68,14 +68,29 @@ def test_experiments_compose_with_stage_settings(experiment, reward):
     assert module_cfg["optimizer"]["lr"] == cfg.stages[cfg.stage].lr
 
 
-def test_module_config_instantiates_with_reward_and_metrics():
-    cfg = compose_train(["reward=rouge_l_sms"])
+def summarizer(overrides):
     from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
-    from models.text.vocab import Vocabulary
+    return instantiate(compose_train(overrides).module, model=PointerGenerator(PointerGeneratorConfig(vocab_size=10)),
+                       vocab=Vocabulary([]), output_dir="/tmp/x")
 
-    module = instantiate(cfg.module, model=PointerGenerator(PointerGeneratorConfig(vocab_size=10)),
-                         vocab=Vocabulary([]), output_dir="/tmp/x")
+
+def test_module_config_instantiates_with_reward_and_metrics():
+    module = summarizer(["reward=rouge_l_sms"])
     assert module.reward.name and set(module.metrics) == {"wms", "sms", "s_wms"}
+
+
+def test_the_repeat_penalty_and_the_decoding_rules_are_configured():
+    from models.decoding import BlockRepeatedTrigrams, MinLength
+    from rewards.repeats import RepeatPenalty
+    from rewards.rouge import RougeL
+
+    module = summarizer(["experiment=demo_grid", "reward=rouge_l", "module.beam.processors.min_length.min_len=3"])
+    assert isinstance(module.reward, RepeatPenalty) and isinstance(module.reward.wrapped, RougeL)
+    assert [type(p) for p in module.beam["processors"]] == [MinLength, BlockRepeatedTrigrams]
+    assert module.beam["processors"][0].min_len == 3
+    plain = summarizer(["reward=rouge_l", "rl.penalize_repeats=false", "module.beam.processors.min_length=null"])
+    assert isinstance(plain.reward, RougeL) and plain.beam["processors"] == []
+    assert summarizer(["reward=mle"]).reward is None
 
 
 def test_content_selector_config_brings_its_module_and_stage():

@@ -8,8 +8,8 @@ import pytest
 import torch
 from rouge_score import rouge_scorer
 
-from models.decoding import (Decoded, _multinomial, beam_search, check_beam_settings, greedy, rollout_rows, sample,
-                             sample_and_greedy, sample_categorical)
+from models.decoding import (BlockRepeatedTrigrams, Decoded, MinLength, _multinomial, beam_search, check_beam_settings,
+                             greedy, rollout_rows, sample, sample_and_greedy, sample_categorical)
 from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
 from models.text.batch import Batch, Example, collate
 from models.text.vocab import Vocabulary
@@ -106,7 +106,7 @@ def assert_well_formed(model: PointerGenerator, batch, out: Decoded, max_len: in
 def assert_beam_of_width_one_is_greedy(model: PointerGenerator, batch) -> None:
     with torch.no_grad():
         g = greedy(model, model.encode(batch), max_len=12)
-    b = beam_search(model, model.encode(batch), beam_size=1, max_len=12, min_len=0, length_penalty=0.0)
+    b = beam_search(model, model.encode(batch), beam_size=1, max_len=12, length_penalty=0.0)
     assert torch.equal(b.ids, g.ids) and torch.equal(b.lengths, g.lengths)
     torch.testing.assert_close(b.log_probs, g.log_probs)
 
@@ -165,8 +165,8 @@ def test_wide_beam_finds_the_exhaustive_optimum(length_penalty):
     for seed in range(5):
         model = markov_chain(seed)
         best, best_score = exhaustive_best(model, max_len=5, min_len=1, length_penalty=length_penalty)
-        out = beam_search(model, model.encode(batch), beam_size=100, max_len=5, min_len=1,
-                          length_penalty=length_penalty)
+        out = beam_search(model, model.encode(batch), beam_size=100, max_len=5,
+                          length_penalty=length_penalty, processors=[MinLength(1)])
         for ids, log_probs, n in zip(out.ids.tolist(), out.log_probs, out.lengths.tolist()):
             assert ids[:n] == best
             assert log_probs.sum().item() / n ** length_penalty == pytest.approx(best_score, abs=1e-5)
@@ -181,9 +181,9 @@ def test_beam_of_width_one_follows_greedy_past_a_runner_up_eos():
 @pytest.mark.parametrize("settings, message", [
     ({"beam_size": 0}, r"beam_size must be at least 1, got 0"),
     ({"beam_size": -2}, r"beam_size must be at least 1, got -2"),
-    ({"max_len": 0, "min_len": 0}, r"max_len must be at least 1, got 0"),
-    ({"max_len": 10, "min_len": 10}, r"min_len must be at least 0 and below max_len \(10\), got 10"),
-    ({"min_len": -1}, r"min_len must be at least 0 and below max_len \(100\), got -1"),
+    ({"max_len": 0, "processors": [MinLength(0)]}, r"max_len must be at least 1, got 0"),
+    ({"max_len": 10, "processors": [MinLength(10)]}, r"min_len must be at least 0 and below max_len \(10\), got 10"),
+    ({"processors": [MinLength(-1)]}, r"min_len must be at least 0 and below max_len \(100\), got -1"),
 ])
 def test_beam_settings_that_would_fail_at_test_time_are_named(settings, message):
     with pytest.raises(ValueError, match=message):
@@ -191,7 +191,8 @@ def test_beam_settings_that_would_fail_at_test_time_are_named(settings, message)
 
 
 def test_beam_settings_that_decode_pass_and_unknown_names_are_refused():
-    check_beam_settings(beam_size=5, max_len=60, min_len=0, length_penalty=1.0, block_trigrams=False)
+    check_beam_settings(beam_size=5, max_len=60, length_penalty=1.0,
+                        processors=[MinLength(59), BlockRepeatedTrigrams()])
     check_beam_settings()  # beam_search's defaults
     with pytest.raises(TypeError, match="beam_sise"):
         check_beam_settings(beam_sise=5)
@@ -203,7 +204,7 @@ def test_untrained_decodes_run_to_max_len_and_are_masked(untrained):
         enc = model.encode(batch)
         outs = [greedy(model, enc, max_len=7), sample(model, enc, 7, generator=torch.Generator().manual_seed(0)),
                 sample_and_greedy(model, enc, 7, generator=torch.Generator().manual_seed(0), samples=3)]
-    outs.append(beam_search(model, enc, beam_size=3, max_len=7, min_len=2))
+    outs.append(beam_search(model, enc, beam_size=3, max_len=7, processors=[MinLength(2)]))
     for out in outs:
         assert_well_formed(model, batch.index_select(rollout_rows(len(batch), 3, True)) if len(out.lengths) > len(batch)
                            else batch, out, max_len=7)
@@ -217,8 +218,8 @@ def test_trained_decodes_stop_at_eos_and_are_masked(toy):
         g = greedy(model, enc, max_len=30)
         both = sample_and_greedy(model, enc, 30, generator=torch.Generator().manual_seed(0))
         s, sg = both.rows(slice(0, len(batch))), both.rows(slice(len(batch), None))
-    b = beam_search(model, enc, beam_size=4, max_len=30, min_len=0)
-    long = beam_search(model, enc, beam_size=4, max_len=30, min_len=12)  # longer than the references
+    b = beam_search(model, enc, beam_size=4, max_len=30)
+    long = beam_search(model, enc, beam_size=4, max_len=30, processors=[MinLength(12)])  # longer than the references
     for out in (g, s, sg, b, long):
         assert_well_formed(model, batch, out, max_len=30)
         assert (out.lengths < 30).all()  # the trained model ends its summaries
@@ -257,8 +258,8 @@ def test_trigram_blocking(untrained):
         return len(trigrams) != len(set(trigrams))
 
     enc = model.encode(batch)
-    plain = beam_search(model, enc, beam_size=3, max_len=15, min_len=15)
-    blocked = beam_search(model, enc, beam_size=3, max_len=15, min_len=15, block_trigrams=True)
+    plain = beam_search(model, enc, beam_size=3, max_len=15, processors=[MinLength(15)])
+    blocked = beam_search(model, enc, beam_size=3, max_len=15, processors=[MinLength(15), BlockRepeatedTrigrams()])
     assert any(repeats(ids) for ids in plain.ids.tolist())  # the untrained model does repeat itself
     assert not any(repeats(ids[:n]) for ids, n in zip(blocked.ids.tolist(), blocked.lengths.tolist()))
 
@@ -270,7 +271,7 @@ def test_beam_beats_greedy_on_length_normalised_score(toy):
         with torch.no_grad():
             enc = early.encode(batch)
             greedy_scores.append(normalised_scores(greedy(early, enc, max_len=30)))
-        beam_scores.append(normalised_scores(beam_search(early, enc, beam_size=4, max_len=30, min_len=0)))
+        beam_scores.append(normalised_scores(beam_search(early, enc, beam_size=4, max_len=30)))
     beam_scores, greedy_scores = torch.cat(beam_scores), torch.cat(greedy_scores)
     assert (beam_scores >= greedy_scores - 1e-4).float().mean() >= 0.9
     assert beam_scores.mean() > greedy_scores.mean() + 1e-3
@@ -301,7 +302,7 @@ def test_decoders_stay_on_cuda(untrained):
         enc = model.encode(batch)
         outs = [greedy(model, enc, 8), sample(model, enc, 8, generator=torch.Generator("cuda").manual_seed(0)),
                 sample_and_greedy(model, enc, 8, generator=torch.Generator("cuda").manual_seed(0))]
-    outs.append(beam_search(model, enc, beam_size=3, max_len=8, min_len=2, block_trigrams=True))
+    outs.append(beam_search(model, enc, beam_size=3, max_len=8, processors=[MinLength(2), BlockRepeatedTrigrams()]))
     for out in outs:
         assert out.ids.is_cuda and out.log_probs.is_cuda and out.lengths.is_cuda
     with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -347,9 +348,9 @@ def test_decoders_match_recorded_outputs():
                     "sample": sample(model, enc, 12, generator=torch.Generator().manual_seed(0)),
                     "sample_and_greedy": sample_and_greedy(model, enc, 12, samples=2,
                                                            generator=torch.Generator().manual_seed(1)),
-                    "beam": beam_search(model, enc, beam_size=3, max_len=12, min_len=4),
-                    "beam_blocked": beam_search(model, enc, beam_size=3, max_len=12, min_len=0, length_penalty=0.5,
-                                                block_trigrams=True)}
+                    "beam": beam_search(model, enc, beam_size=3, max_len=12, processors=[MinLength(4)]),
+                    "beam_blocked": beam_search(model, enc, beam_size=3, max_len=12, length_penalty=0.5,
+                                                processors=[BlockRepeatedTrigrams()])}
         for name, out in outs.items():
             expected = recorded[f"{'coverage' if coverage else 'plain'}/{name}"]
             assert out.ids.tolist() == expected["ids"], name
@@ -448,12 +449,12 @@ def test_masked_beam_search_is_the_same_batched_or_one_by_one(toy):
     for renormalize in (False, True):
         with torch.no_grad():
             enc = masked_encoding(model, batch, renormalize, seed=3)
-        batched = beam_search(model, enc, beam_size=3, max_len=20, min_len=3)
+        batched = beam_search(model, enc, beam_size=3, max_len=20, processors=[MinLength(3)])
         for i in range(len(batch)):
             with torch.no_grad():
                 alone = replace(model.encode(batch.index_select([i])), copy_mask=enc.copy_mask[i:i + 1],
                                 renormalize_copy=renormalize)
-            single = beam_search(model, alone, beam_size=3, max_len=20, min_len=3)
+            single = beam_search(model, alone, beam_size=3, max_len=20, processors=[MinLength(3)])
             n = int(single.lengths[0])
             assert batched.ids[i, :n].tolist() == single.ids[0, :n].tolist() and batched.lengths[i] == n
 

@@ -4,11 +4,12 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
-from models.decoding import rollout_rows, sample_and_greedy
+from models.decoding import MinLength, rollout_rows, sample_and_greedy
 from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
 from models.text.batch import Example, collate
 from models.text.vocab import Vocabulary
 from rewards.base import Display, RewardInput
+from rewards.repeats import RepeatPenalty
 from rewards.rouge import RougeL
 from trainer.baselines import GreedyBaseline, LeaveOneOut
 from trainer.module import SummarizationModule, self_critical_loss
@@ -207,7 +208,7 @@ def test_penalized_repeats_scale_the_reward_by_the_share_of_new_trigrams():
     ids = torch.tensor(rows)
     inputs = RewardInput.from_decoded(ids, torch.tensor([7, 7, 5]), batch.index_select([0, 1, 2]), v)
     assert module._reward(inputs)[0].tolist() == [1.0, 1.0, 1.0]
-    module.penalize_repeats = True
+    module.reward = RepeatPenalty(module.reward)
     assert module._reward(inputs)[0].tolist() == [0.75, 1.0, 0.5]
 
 
@@ -274,13 +275,13 @@ def test_test_metric_validation_scores_the_beam_decodes_with_the_test_metric_unp
     from models.decoding import beam_search
 
     module, batch = tiny_module()
-    module.select_by, module.penalize_repeats = "test_metric", True
-    module.beam = {"beam_size": 3, "max_len": 8, "min_len": 0}
+    module.select_by, module.reward = "test_metric", RepeatPenalty(module.reward)
+    module.beam = {"beam_size": 3, "max_len": 8}
     labelled = batch.index_select([i for i in range(len(batch)) if batch.has_reference[i]])
     with torch.no_grad():
         module.model.eval()
         logged = validation_values(module, labelled)
-        decoded = beam_search(module.model, module.model.encode(labelled), beam_size=3, max_len=8, min_len=0)
+        decoded = beam_search(module.model, module.model.encode(labelled), beam_size=3, max_len=8)
     scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
     expected = []
     for i, (ids, n) in enumerate(zip(decoded.ids.tolist(), decoded.lengths.tolist())):
@@ -300,7 +301,7 @@ def test_test_metric_validation_is_the_rewards_own_metric_for_a_mover_reward():
             return inputs.hyp_lens.float() / 100
 
     module, batch = tiny_module(reward=Length())
-    module.select_by, module.beam = "test_metric", {"beam_size": 2, "max_len": 6, "min_len": 5}
+    module.select_by, module.beam = "test_metric", {"beam_size": 2, "max_len": 6, "processors": [MinLength(5)]}
     labelled = batch.index_select([i for i in range(len(batch)) if batch.has_reference[i]])
     with torch.no_grad():
         module.model.eval()

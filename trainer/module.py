@@ -15,12 +15,12 @@ from torch import Tensor
 from models.decoding import Decoded, beam_search, check_beam_settings, greedy, rollout_rows, sample_and_greedy
 from models.text.batch import Batch
 from models.text.vocab import SENTENCE_END, Vocabulary, split_at_sentence_ends
-from rewards.base import Reward, RewardInput, WeightedSum, not_applicable, test_metric_of, zero_where_not_applicable
+from rewards.base import Reward, RewardInput, not_applicable, test_metric_of, zero_where_not_applicable
+from rewards.repeats import repeated_ngram_counts
 from rewards.rouge import RougeL
 from trainer.baselines import Baseline, GreedyBaseline
 from trainer.checkpoints import checkpoint_description
-from trainer.diagnostics import (distinct_ngram_ratio, lead_copy_rate, novel_ngram_rate, repeated_ngram_counts,
-                                 repeated_ngram_rate)
+from trainer.diagnostics import distinct_ngram_ratio, lead_copy_rate, novel_ngram_rate, repeated_ngram_rate
 from trainer.evaluate import ROUGE_KEYS, as_text, evaluate
 from trainer.samples import ValidationSamples
 from trainer.schedules import Constant
@@ -86,9 +86,8 @@ class SummarizationModule(pl.LightningModule):
 
     def __init__(self, model: torch.nn.Module, vocab: Vocabulary, optimizer: Callable[..., torch.optim.Optimizer],
                  reward: Reward | None = None, gamma: Callable[[int], float] | None = None,
-                 samples: int = 1, baseline: Baseline | None = None, penalize_repeats: bool = False,
-                 temperature: float = 1.0, rl_max_len: int = 100, length_normalize: bool = False,
-                 val_max_len: int = 100,
+                 samples: int = 1, baseline: Baseline | None = None, temperature: float = 1.0,
+                 rl_max_len: int = 100, length_normalize: bool = False, val_max_len: int = 100,
                  beam: dict[str, Any] | None = None, metrics: dict[str, Reward] | None = None,
                  select_by: str = "reward", max_nonfinite_steps: int = 10, output_dir: str = ".",
                  unlabelled_fraction: float = 0.0, samples_to_log: int = 8, samples_seed: int = 0):
@@ -103,9 +102,11 @@ class SummarizationModule(pl.LightningModule):
         self.samples, self.baseline = samples, baseline or GreedyBaseline()
         if temperature <= 0:
             raise ValueError(f"rl.temperature must be positive, got {temperature}")
-        self.penalize_repeats, self.temperature = penalize_repeats, temperature
+        self.temperature = temperature
         self.rl_max_len, self.length_normalize, self.val_max_len = rl_max_len, length_normalize, val_max_len
         self.beam = dict(beam or {})
+        # the config names the rules (beam.processors.<name>), so that an experiment adds one, or drops one (null)
+        self.beam["processors"] = [p for p in (self.beam.get("processors") or {}).values() if p is not None]
         check_beam_settings(**self.beam)  # now, not in the test-time decode after training
         self.metrics = dict(metrics or {})
         if select_by not in SELECT_BY:
@@ -178,8 +179,9 @@ class SummarizationModule(pl.LightningModule):
         rows = rollout_rows(B, k, with_greedy)
         rollouts = batch.index_select(rows)
         with torch.no_grad():  # one reward call scores the samples and the greedy rows together
-            inputs = RewardInput.from_decoded(decoded.ids, decoded.lengths, rollouts, self.vocab)
-            rewards, terms = self._reward(inputs, self.unlabelled_fraction)
+            inputs = RewardInput.from_decoded(decoded.ids, decoded.lengths, rollouts, self.vocab,
+                                              self.unlabelled_fraction)
+            rewards, terms = self._reward(inputs)
         # Rows where the reward does not apply (NaN, or no reference for a reference-based one) get 0, sample and
         # baseline alike.
         missing = not_applicable(self.reward, rewards, inputs)
@@ -230,21 +232,10 @@ class SummarizationModule(pl.LightningModule):
         }, B)
         return loss
 
-    def _reward(self, inputs: RewardInput, unlabelled_fraction: float = 0.0) -> tuple[Tensor, dict[str, Tensor]]:
-        """The reward of each decoded row, and each term of a weighted sum (for the log); with `penalize_repeats`,
-        the reward times the row's share of trigrams that are not repeats: the mover's similarities see a summary
-        as a bag of words, so a repeated sentence costs them nothing, and RL learns to repeat. A training batch's
-        `unlabelled_fraction` rescales a weighted sum's reference-based terms (`WeightedSum.total`)."""
-        if isinstance(self.reward, WeightedSum):
-            terms = self.reward.components(inputs)
-            rewards = self.reward.total(terms, unlabelled_fraction)
-        else:
-            terms, rewards = {}, self.reward(inputs)
-        if self.penalize_repeats:
-            base = len(self.vocab) + inputs.batch.n_copy_oovs
-            repeats, total = repeated_ngram_counts(inputs.hyp, inputs.hyp_lens, base)
-            rewards = rewards * (1 - repeats / total.clamp(min=1))
-        return rewards, terms
+    def _reward(self, inputs: RewardInput) -> tuple[Tensor, dict[str, Tensor]]:
+        """The training reward of each decoded row (with the repeat penalty where the config wraps it in one:
+        `rewards.repeats`), and, for a sum of rewards, each term's values (for the log)."""
+        return self.reward(inputs), getattr(self.reward, "term_values", {})
 
     def _sentence_ends(self) -> Tensor:
         """Ids of the vocabulary's sentence-final tokens (the copy monitor's sentence boundaries)."""
@@ -290,10 +281,10 @@ class SummarizationModule(pl.LightningModule):
     def test_metric(self, batch: Batch, enc: Any) -> Tensor:
         """The mean of the reward's test metric (`test_metric`, else its own name: the reward itself, scored on text as
         the test scores it), without the repeat penalty, over the test decoder's summaries of a labelled batch."""
-        key = test_metric_of(self.reward)
+        key, unpenalised = test_metric_of(self.reward), getattr(self.reward, "wrapped", self.reward)
         rows = self.summaries(beam_search(self.model, enc, **self.beam), batch)
         means, _ = evaluate([r["summary"] for r in rows], [r["reference"] for r in rows],
-                            {} if key in ROUGE_KEYS else {key: self.reward}, device=self.device,
+                            {} if key in ROUGE_KEYS else {key: unpenalised}, device=self.device,
                             sources=[r["article"] for r in rows])
         return torch.tensor(means.get(key, float("nan")))  # evaluate's mean leaves out rows it does not apply to
 

@@ -1,0 +1,58 @@
+"""The repeat penalty, a reward that wraps another: the mover's similarities see a summary as a bag of words, so a
+repeated sentence costs them nothing, and RL learns to repeat (README, "The demo"). Configured in
+conf/module/summarizer.yaml (`rl.penalize_repeats`)."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from rewards.base import Reward, RewardInput, display, reward_bounds, test_metric_of
+
+
+def ngram_keys(ids: Tensor, lengths: Tensor, n: int, base: int) -> tuple[Tensor, Tensor]:
+    """Each n-gram of each row as one int64 key (ids < base), and a mask of n-grams inside `lengths`."""
+    windows = ids.unfold(1, n, 1) if ids.size(1) >= n else ids.new_zeros(ids.size(0), 0, n)
+    keys = torch.zeros(windows.shape[:2], dtype=torch.long, device=ids.device)
+    for k in range(n):
+        keys = keys * base + windows[..., k]
+    valid = torch.arange(keys.size(1), device=ids.device)[None] < (lengths[:, None] - n + 1)
+    return keys, valid
+
+
+def repeated_ngram_counts(ids: Tensor, lengths: Tensor, base: int, n: int = 3) -> tuple[Tensor, Tensor]:
+    """Per row: how many n-grams already occurred earlier in the same summary, and how many n-grams it has."""
+    keys, valid = ngram_keys(ids, lengths, n, base)
+    keys = torch.where(valid, keys, -1 - torch.arange(keys.numel(), device=ids.device).view_as(keys))
+    ordered = keys.sort(dim=1).values
+    repeats = ((ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)).sum(1)
+    return repeats, valid.sum(1)
+
+
+class RepeatPenalty:
+    """`reward` times the share of the summary's trigrams that are not repeats. It is `reward` to the tables (name,
+    display, test metric) and keeps it as `wrapped`: the test metric is the reward unpenalised."""
+
+    def __init__(self, reward: Reward):
+        self.wrapped = reward
+        self.name, self.needs_reference = reward.name, reward.needs_reference
+        self.display, self.test_metric = display(reward), test_metric_of(reward)
+        low, high = reward_bounds(reward)
+        self.bounds = (min(low, 0.0), max(high, 0.0))  # scaled by a factor in [0, 1]
+
+    @property
+    def term_values(self) -> dict[str, Tensor]:
+        return getattr(self.wrapped, "term_values", {})
+
+    @property
+    def diagnostics(self) -> dict[str, float]:
+        return getattr(self.wrapped, "diagnostics", {})
+
+    def __call__(self, inputs: RewardInput) -> Tensor:
+        base = len(inputs.vocab) + inputs.batch.n_copy_oovs
+        repeats, total = repeated_ngram_counts(inputs.hyp, inputs.hyp_lens, base)
+        return self.wrapped(inputs) * (1 - repeats / total.clamp(min=1))
+
+
+def penalize_repeats(reward: Reward | None, enabled: bool = True) -> Reward | None:
+    """The training reward of `rl.penalize_repeats`: `reward` wrapped in `RepeatPenalty`, or as it is."""
+    return RepeatPenalty(reward) if enabled and reward is not None else reward
