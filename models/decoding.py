@@ -1,10 +1,11 @@
 """Batched decoders for the pointer-generator: greedy, multinomial sampling, and beam search.
 
 Every decoder takes the encoded articles (`model.encode(batch)`, copy mask included) and returns extended ids
-(see `models.text.vocab`) masked after the first </s>: the </s> step counts in `lengths` and keeps its log-prob,
-later positions hold <pad> (0) with log-prob 0. <pad> and <s> are never emitted (so a <pad> in `ids` always means
-"after </s>"). Rules on which tokens may come next are step processors, applied the same way by every decoder.
-Decoders run in the model's current mode: call `model.eval()` first unless dropout is wanted.
+(see `models.text.vocab`) masked after the first </s>: the </s> step counts in `lengths`, later positions hold
+<pad> (0). <pad> and <s> are never emitted (so a <pad> in `ids` always means "after </s>"). Decodes carry no
+log-probabilities: training re-scores its samples with `model.teacher_forced`, with gradient. Rules on which tokens
+may come next are step processors, applied the same way by every decoder. Decoders run in the model's current mode:
+call `model.eval()` first unless dropout is wanted.
 """
 from __future__ import annotations
 
@@ -22,14 +23,13 @@ from models.text.vocab import Vocabulary
 @dataclass
 class Decoded:
     ids: Tensor        # [B, T] extended ids, <pad> after the first </s>
-    log_probs: Tensor  # [B, T] log-prob of each chosen token, 0 after the first </s>
     lengths: Tensor    # [B] tokens up to and including the first </s>; T if there is none
 
     def rows(self, index: slice | list[int]) -> "Decoded":
         """A subset of rows, trimmed to its own longest sequence."""
         lengths = self.lengths[index]
         T = int(lengths.max()) if lengths.numel() else 0
-        return Decoded(self.ids[index, :T], self.log_probs[index, :T], lengths)
+        return Decoded(self.ids[index, :T], lengths)
 
 
 class StepProcessor(Protocol):
@@ -99,26 +99,21 @@ def _decode(model: PointerGenerator, enc: EncoderOutput, max_len: int, choose: C
     ids = torch.full((B,), cfg.bos_id, dtype=torch.long, device=device)
     done = torch.zeros(B, dtype=torch.bool, device=device)
     history = torch.zeros(B, 0, dtype=torch.long, device=device)
-    log_probs = []
     for _ in range(max_len):
         probs, state, _ = model.step_probs(enc, state, ids)
         for process in processors:
             process(probs, history, 0.0)
-        with torch.no_grad():
-            ids = choose(probs)
-        chosen = model.log(probs.gather(1, ids.unsqueeze(1)).squeeze(1))
+        ids = choose(probs)
         history = torch.cat([history, ids.masked_fill(done, cfg.pad_id).unsqueeze(1)], 1)
-        log_probs.append(chosen.masked_fill(done, 0.0))
         done = done | (ids == cfg.eos_id)
         if bool(done.all()):
             break
-    return Decoded(history, torch.stack(log_probs, 1), (history != cfg.pad_id).sum(1))
+    return Decoded(history, (history != cfg.pad_id).sum(1))
 
 
 def sample_categorical(probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
     """One draw per row of `probs` [B, X] (non-negative, rows need not sum to 1) by inverse CDF: one uniform
-    per row. torch.multinomial draws one exponential per entry instead: 22 ms for 16 x 50k on 2 CPU threads,
-    a third of a decoding step."""
+    per row (torch.multinomial draws one exponential per entry, a large share of a decoding step on CPU)."""
     cdf = probs.cumsum(-1)
     u = torch.rand(probs.size(0), 1, generator=generator, device=probs.device, dtype=cdf.dtype) * cdf[:, -1:]
     # the first entry whose cdf exceeds u: zero-probability entries (cdf unchanged) are never drawn
@@ -143,13 +138,6 @@ def greedy(model: PointerGenerator, enc: EncoderOutput, max_len: int = 100,
            processors: Sequence[StepProcessor] = ()) -> Decoded:
     """Argmax decoding; runs under the caller's grad mode."""
     return _decode(model, enc, max_len, _argmax, _processors(model, processors))
-
-
-def sample(model: PointerGenerator, enc: EncoderOutput, max_len: int = 100, generator: torch.Generator | None = None,
-           processors: Sequence[StepProcessor] = (), temperature: float = 1.0) -> Decoded:
-    """Multinomial sampling from the extended distribution raised to 1/`temperature`; `log_probs` (of the
-    untempered distribution) carry gradient if grad is enabled. `generator` must live on the articles' device."""
-    return _decode(model, enc, max_len, _multinomial(generator, temperature), _processors(model, processors))
 
 
 def rollout_rows(n_articles: int, samples: int, with_greedy: bool) -> list[int]:
@@ -193,10 +181,8 @@ def beam_search(model: PointerGenerator, enc: EncoderOutput, beam_size: int = 4,
     scores = torch.full((B, K), ninf, device=device)
     scores[:, 0] = 0.0  # one live hypothesis at first, so the K beams don't start as copies
     history = torch.zeros(B * K, 0, dtype=torch.long, device=device)
-    history_lp = torch.zeros(B * K, 0, device=device)
     best = torch.full((B,), ninf, device=device)
     best_ids = torch.full((B, max_len), cfg.pad_id, dtype=torch.long, device=device)
-    best_lp = torch.zeros(B, max_len, device=device)
     n_finished = torch.zeros(B, dtype=torch.long, device=device)
     ids = torch.full((B * K,), cfg.bos_id, dtype=torch.long, device=device)
     rank = torch.arange(2 * K, device=device)
@@ -209,7 +195,6 @@ def beam_search(model: PointerGenerator, enc: EncoderOutput, beam_size: int = 4,
         token = flat % X
         beam = torch.arange(B, device=device).unsqueeze(1) * K + flat // X  # [B, 2K] rows of parents
         cand = torch.cat([history[beam], token.unsqueeze(-1)], -1)  # [B, 2K, t + 1]
-        cand_lp = torch.cat([history_lp[beam], log_probs.view(B, K * X).gather(1, flat).unsqueeze(-1)], -1)
 
         is_eos = token == cfg.eos_id
         live_before = (~is_eos).cumsum(-1) - (~is_eos).long()
@@ -220,7 +205,6 @@ def beam_search(model: PointerGenerator, enc: EncoderOutput, beam_size: int = 4,
         best = torch.where(better, norm, best)
         pick = torch.arange(B, device=device)
         best_ids[:, : t + 1] = torch.where(better.unsqueeze(1), cand[pick, j], best_ids[:, : t + 1])
-        best_lp[:, : t + 1] = torch.where(better.unsqueeze(1), cand_lp[pick, j], best_lp[:, : t + 1])
         n_finished += finished.sum(-1)
 
         keep = (is_eos.long() * 2 * K + rank).argsort(-1)[:, :K]  # first K candidates not ending in </s>
@@ -229,16 +213,14 @@ def beam_search(model: PointerGenerator, enc: EncoderOutput, beam_size: int = 4,
         state = state.index_select(rows)
         keep_hist = keep.unsqueeze(-1).expand(-1, -1, t + 1)
         history = cand.gather(1, keep_hist).view(B * K, t + 1)
-        history_lp = cand_lp.gather(1, keep_hist).view(B * K, t + 1)
         ids = token.gather(1, keep).view(-1)
         if bool((n_finished >= K).all()):
             break
     else:  # reached max_len: examples without a finished hypothesis take their best live one
         none = best == ninf
         best_ids = torch.where(none.unsqueeze(1), history.view(B, K, -1)[:, 0], best_ids)
-        best_lp = torch.where(none.unsqueeze(1), history_lp.view(B, K, -1)[:, 0], best_lp)
     lengths = (best_ids != cfg.pad_id).sum(1)
-    return Decoded(best_ids, best_lp, lengths).rows(slice(None))  # trimmed to the longest result
+    return Decoded(best_ids, lengths).rows(slice(None))  # trimmed to the longest result
 
 
 def check_beam_settings(**settings: Any) -> None:

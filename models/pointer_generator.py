@@ -95,7 +95,7 @@ def _run_lstm(lstm: nn.LSTM, x: Tensor, lengths: list[int]) -> tuple[Tensor, Ten
 
 class BiLSTMEncoder(nn.Module):
     """Bidirectional multi-layer LSTM over right-padded rows; the backward direction reads each row reversed.
-    (PyTorch's packed-sequence LSTM is ~10x slower on CPU than these plain calls.)"""
+    Plain LSTM calls, not a PackedSequence: PyTorch's packed LSTM is much slower on CPU (scripts/bench_training.py)."""
 
     def __init__(self, input_size: int, hidden_size: int, layers: int, dropout: float):
         super().__init__()
@@ -178,7 +178,7 @@ class PointerGenerator(nn.Module):
             inp = self.dropout(h) if i + 1 < len(self.decoder) else h
         s_t = torch.cat([h, c], -1)
         # e_i = v·tanh(z_i), z_i = W_h h_i + W_s s_t (+ w_c c_i) + b_attn, computed as 2 v·σ(2 z_i) - Σv: the same
-        # value, but torch's CPU sigmoid is ~6x faster than its tanh. In place, so one [B, S, 2H] buffer per step.
+        # value, but torch's CPU sigmoid is faster than its tanh. In place, so one [B, S, 2H] buffer per step.
         z2 = enc.features + 2 * self.W_s(s_t).unsqueeze(1)
         if self.config.coverage:  # the coverage *before* this step's attention
             z2 = z2.addcmul_(state.coverage.unsqueeze(-1).to(z2.dtype), self.w_c, value=2)
@@ -279,12 +279,6 @@ class PointerGenerator(nn.Module):
         p_gen = self._p_gen(p_gen_logit[real], None if can_copy is None else can_copy[real])
         log_p = self.log(p_gen * p_vocab + (1 - p_gen) * p_copy)
         return TeacherForced(torch.zeros_like(target, dtype=torch.float).masked_scatter(real, log_p), cov_loss)
-
-    def forward(self, batch: Batch) -> Tensor:
-        """Teacher-forced log-probabilities over the extended vocabulary, [B, T, X] fp32."""
-        enc = self.encode(batch)
-        out, p_gen_logit, attn, _ = self._unroll(enc, batch.dec_in)
-        return self.log(self._extended_probs(out, p_gen_logit, attn, enc))
 
     def mle_loss(self, batch: Batch, enc: EncoderOutput | None = None) -> dict[str, Tensor]:
         """Token-averaged NLL of the reference (and coverage loss); pass `enc` to reuse an encoding."""

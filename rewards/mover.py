@@ -62,7 +62,7 @@ def document_bag(rows: np.ndarray, keep: np.ndarray, sentence: np.ndarray, table
             if word_mass > 0:
                 words[k] = rows[t]
                 k += 1
-    for t in range(1, words.size):  # insertion sort: for a few dozen ids, a sixth of a bag faster than np.sort
+    for t in range(1, words.size):  # insertion sort: for a few dozen ids, faster than np.sort
         word, u = words[t], t - 1
         while u >= 0 and words[u] > word:
             words[u + 1] = words[u]
@@ -112,8 +112,8 @@ def euclidean_costs(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 def without_shared_mass(a: np.ndarray, b: np.ndarray, cost: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The transport problem left once the mass both bags hold at one point (cost 0) stays there:
     with a metric cost, such as the Euclidean, some optimal plan keeps it in place, so the EMD is
-    unchanged. Rows and columns left without mass go (a quarter of the cells of CNN/DM WMS problems,
-    about 10% faster solves); either side may come back empty, all of its mass shared."""
+    unchanged. Rows and columns left without mass go (smaller problems, faster solves); either side may come
+    back empty, all of its mass shared."""
     a, b, any_shared = a.copy(), b.copy(), False
     for i in range(a.size):
         for j in range(b.size):

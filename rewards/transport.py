@@ -5,10 +5,8 @@ inside the compiled loop over a batch (`rewards.mover`), where POT would cost a 
 The solver starts from the least-cost rule's basis (zero-cost cells first: mass two documents share
 stays in place), then pivots by Dantzig's rule (block search on large problems), cutting the scan
 short at a row good enough next to the last pivot, and re-hangs only the subtree that a pivot cuts
-off. `scripts/bench_rewards.py --alternatives` compares it with POT's `emd_c` (the network simplex
-behind `ot.emd2`) on one core: 2.3-2.6x faster on the CNN/DM WMS and S+WMS problems (6-7x on SMS's
-tiny ones), 2.6-2.8x, 2.1-2.5x and 1.6-1.9x on random ones of 20, 80 and 320 points a side, equal
-to 1e-14. Tests check it against `ot.emd2`. Dantzig's rule can in theory cycle on degenerate
+off. `scripts/bench_rewards.py --alternatives` compares its speed with POT's `emd_c` (the network simplex
+behind `ot.emd2`); tests check its values against `ot.emd2`. Dantzig's rule can in theory cycle on degenerate
 problems, so after `dantzig_pivots` pivots the solver switches to Bland's rule, which cannot.
 """
 from __future__ import annotations
@@ -18,7 +16,7 @@ from numba import njit
 
 TOLERANCE = 1e-10  # optimal once no reduced cost is below -TOLERANCE: within 1e-10 of the optimum (mass 1)
 MAX_PIVOTS = 100_000  # ot.emd2's default iteration limit
-GOOD_ENOUGH = 0.6  # of the last pivot's reduced cost; 0.5 and 0.7 did a little worse
+GOOD_ENOUGH = 0.6  # of the last pivot's reduced cost (tuned with scripts/bench_rewards.py --alternatives)
 
 
 @njit(cache=True)
@@ -27,8 +25,8 @@ def _cheapest_cell_first_start(a, b, cost, edge_row, edge_col, flow):
     still open ships as much as it can. Each allocation closes one row or one column (both only at
     the end), so the n + m - 1 cells form a spanning tree of rows and columns (some may carry 0).
     Each row keeps its cheapest open column, looked for again only when that column closes; closed
-    lines cost +inf rather than a test. Against rows, cheapest first, shipping to their cheapest
-    columns: a quarter fewer pivots, 20% faster solves on CNN/DM and random problems."""
+    lines cost +inf rather than a test. Fewer pivots than rows, cheapest first, shipping to their cheapest
+    columns."""
     n, m = a.shape[0], b.shape[0]
     supply, demand = a.copy(), b.copy()
     closed_col = np.zeros(m)  # +inf once closed
@@ -150,9 +148,8 @@ def transport_cost(a: np.ndarray, b: np.ndarray, cost: np.ndarray, dantzig_pivot
     parent_edge[0] = -1
     _hang(0, n, cost, edge_row, edge_col, adjacency, degree, parent_edge, depth, potential, queue)
     # Whole-matrix (Dantzig) pricing up to 1,024 cells; beyond, block search as in LEMON: pricing every
-    # cell at each pivot made large problems (60 x 60 and up) slower than POT, up to 5x at 320 x 320.
-    # A row at least GOOD_ENOUGH times as negative as the last pivot's ends the scan: fewer cells priced,
-    # a few more pivots; 8-12% faster solves on CNN/DM problems, 5-15% on random ones up to 320 x 320.
+    # cell at each pivot made large problems slower than POT. A row at least GOOD_ENOUGH times as negative
+    # as the last pivot's ends the scan: fewer cells priced for a few more pivots.
     block, first_row, last_reduced = max(1024, int(4 * np.sqrt(n * m))), 0, -np.inf
     for pivot in range(max_pivots + 1):
         bland = pivot >= dantzig_pivots

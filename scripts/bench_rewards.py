@@ -10,6 +10,14 @@ threads). Pairs/s are wall-clock medians of `--repeats` runs of the three, taken
 all see the same machine load.
 
     python scripts/bench_rewards.py [--pairs 1024] [--batch-size 64] [--threads 0] [--repeats 5] [--device cpu] [--alternatives]
+
+Measured with --alternatives on one core (2 CPU cores, 2026-11): rewards.transport's simplex 2.3-2.6x faster than
+POT's emd_c on the CNN/DM WMS and S+WMS problems (6-7x on SMS's tiny ones), 2.6-2.8x, 2.1-2.5x and 1.6-1.9x on
+random problems of 20, 80 and 320 points a side, equal to 1e-14. Its least-cost start: a quarter fewer pivots and
+20% faster solves than rows cheapest-first; block pricing beyond 1,024 cells (whole-matrix pricing was up to 5x
+slower than POT at 320 x 320); GOOD_ENOUGH 0.6 ends the scan early: 8-12% faster on CNN/DM, 5-15% on random
+problems (0.5 and 0.7 did a little worse); dropping shared mass removes a quarter of the cells of CNN/DM WMS
+problems, about 10% faster; the insertion sort of a bag's ids is a sixth of a bag faster than np.sort.
 """
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Bottom-up summarization (Gehrmann et al. 2018, issue 14)."""
 import csv
 import json
-import random
 from functools import partial
 from pathlib import Path
 

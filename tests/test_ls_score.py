@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from models.text.batch import Example
 from models.text.vocab import Vocabulary
 from rewards.base import RewardInput
-from rewards.ls_score import LSConfig, LSScore, LSScorer, Negatives, load_scorer, ranking_loss, tokenize_batch
+from rewards.ls_score import LSScore, Negatives, load_scorer, ranking_loss, tokenize_batch
 
 
 @pytest.fixture()

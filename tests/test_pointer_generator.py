@@ -31,6 +31,14 @@ def make_model(vocab: Vocabulary, seed: int = 0, **overrides) -> PointerGenerato
     return PointerGenerator(config)
 
 
+def extended_log_probs(model: PointerGenerator, batch) -> torch.Tensor:
+    """log p over the extended vocabulary at every target position, [B, T, X]: the whole teacher-forced distribution,
+    of which `teacher_forced` and the decoders' steps each compute a part."""
+    enc = model.encode(batch)
+    out, p_gen_logit, attn, _ = model._unroll(enc, batch.dec_in)
+    return model.log(model._extended_probs(out, p_gen_logit, attn, enc))
+
+
 def saturate_p_gen(model: PointerGenerator, value: float) -> None:
     with torch.no_grad():
         model.p_gen.bias.fill_(value)
@@ -39,7 +47,7 @@ def saturate_p_gen(model: PointerGenerator, value: float) -> None:
 @pytest.mark.parametrize("overrides", [{}, {"coverage": True}, {"pointer": False}, {"enc_layers": 2, "dec_layers": 2}])
 def test_extended_distribution_sums_to_one(vocab, batch, overrides):
     model = make_model(vocab, **overrides)
-    full = model(batch)
+    full = extended_log_probs(model, batch)
     assert full.shape == (3, batch.target.size(1), len(vocab) + batch.n_copy_oovs)
     assert full.dtype == torch.float32
     torch.testing.assert_close(full.exp().sum(-1), torch.ones(full.shape[:2]), atol=1e-5, rtol=0)
@@ -71,7 +79,7 @@ def test_p_gen_one_is_the_plain_seq2seq_distribution(vocab, batch):
     plain = make_model(vocab, pointer=False)
     plain.load_state_dict(pointer.state_dict())  # same parameter names either way
     V = len(vocab)
-    torch.testing.assert_close(pointer(batch)[..., :V], plain(batch)[..., :V])
+    torch.testing.assert_close(extended_log_probs(pointer, batch)[..., :V], extended_log_probs(plain, batch)[..., :V])
 
 
 @pytest.mark.parametrize("bias", [1e4, -1e4])
@@ -83,7 +91,7 @@ def test_saturated_p_gen_stays_finite(vocab, batch, bias, coverage):
     saturate_p_gen(model, bias)
     p_gen = torch.sigmoid(torch.tensor(bias))
     assert p_gen in (0.0, 1.0)
-    assert torch.isfinite(model(batch)).all()
+    assert torch.isfinite(extended_log_probs(model, batch)).all()
     out = model.mle_loss(batch)
     assert torch.isfinite(out["loss"])
     out["loss"].backward()
@@ -100,7 +108,7 @@ def test_bf16_autocast_keeps_final_distribution_fp32(vocab, batch, coverage):
     # oneDNN's bf16 LSTM needs AVX512-BF16, which many CPUs lack; the native CPU kernel runs anywhere.
     with torch.backends.mkldnn.flags(enabled=device == "cuda"), torch.autocast(device, dtype=torch.bfloat16):
         enc = model.encode(batch)
-        full = model(batch)
+        full = extended_log_probs(model, batch)
         tf = model.teacher_forced(enc, batch.dec_in, batch.target)
         loss = model.mle_loss(batch)["loss"]
     assert full.dtype == tf.log_probs.dtype == torch.float32
@@ -113,7 +121,7 @@ def test_bf16_autocast_keeps_final_distribution_fp32(vocab, batch, coverage):
 def test_teacher_forced_matches_gathered_full_distribution(vocab, batch, coverage):
     model = make_model(vocab, coverage=coverage)
     tf = model.teacher_forced(model.encode(batch), batch.dec_in, batch.target)
-    reference = model(batch).gather(2, batch.target.unsqueeze(-1)).squeeze(-1)
+    reference = extended_log_probs(model, batch).gather(2, batch.target.unsqueeze(-1)).squeeze(-1)
     mask = batch.target_mask
     torch.testing.assert_close(tf.log_probs[mask], reference[mask], atol=1e-5, rtol=1e-5)
     assert torch.isfinite(tf.log_probs).all()
@@ -134,7 +142,7 @@ def test_step_loop_matches_forward_and_coverage_loss(vocab, batch):
         step_log_probs.append(log_probs)
         expected_cov_loss.append(torch.minimum(attn, coverage).sum(-1))
         coverage = coverage + attn
-    torch.testing.assert_close(torch.stack(step_log_probs, 1), model(batch), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(torch.stack(step_log_probs, 1), extended_log_probs(model, batch), atol=1e-5, rtol=1e-5)
     tf = model.teacher_forced(enc, batch.dec_in, batch.target)
     torch.testing.assert_close(tf.coverage_loss, torch.stack(expected_cov_loss, 1), atol=1e-6, rtol=1e-5)
     assert torch.all(tf.coverage_loss[:, 0] == 0) and torch.all(tf.coverage_loss[:, 1:] > 0)
@@ -143,10 +151,10 @@ def test_step_loop_matches_forward_and_coverage_loss(vocab, batch):
 
 def test_coverage_off_ignores_w_c_and_reports_zero_coverage_loss(vocab, batch):
     model = make_model(vocab)
-    before = model(batch)
+    before = extended_log_probs(model, batch)
     with torch.no_grad():
         model.w_c.normal_()
-    torch.testing.assert_close(model(batch), before)
+    torch.testing.assert_close(extended_log_probs(model, batch), before)
     assert torch.all(model.teacher_forced(model.encode(batch), batch.dec_in, batch.target).coverage_loss == 0)
     assert model.state_dict().keys() == make_model(vocab, coverage=True).state_dict().keys()
 
@@ -174,15 +182,15 @@ def test_padding_does_not_change_results(vocab, batch):
     model = make_model(vocab)
     alone = collate([Example("c", "big red cat".split(), [["big", "cat", "cat", "."]])], vocab)
     T = alone.target.size(1)
-    torch.testing.assert_close(model(alone)[0, :, :len(vocab)], model(batch)[2, :T, :len(vocab)],
-                               atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(extended_log_probs(model, alone)[0, :, :len(vocab)],
+                               extended_log_probs(model, batch)[2, :T, :len(vocab)], atol=1e-6, rtol=1e-5)
 
 
 def test_mle_loss_is_token_mean_nll_plus_weighted_coverage(vocab, batch):
     model = make_model(vocab, coverage=True, coverage_weight=0.5)
     out = model.mle_loss(batch)
     mask = batch.target_mask
-    log_p = model(batch).gather(2, batch.target.unsqueeze(-1)).squeeze(-1)
+    log_p = extended_log_probs(model, batch).gather(2, batch.target.unsqueeze(-1)).squeeze(-1)
     torch.testing.assert_close(out["nll"], -log_p[mask].mean(), atol=1e-5, rtol=1e-5)
     cov = model.teacher_forced(model.encode(batch), batch.dec_in, batch.target).coverage_loss
     torch.testing.assert_close(out["coverage"], cov[mask].mean())
@@ -192,7 +200,7 @@ def test_mle_loss_is_token_mean_nll_plus_weighted_coverage(vocab, batch):
 def test_empty_article_gives_finite_loss(vocab):
     batch = collate([Example("e", [], [["cat", "."]]), Example("f", ["cat"], [["cat", "."]])], vocab)
     model = make_model(vocab)
-    assert torch.isfinite(model(batch)).all() and torch.isfinite(model.mle_loss(batch)["loss"])
+    assert torch.isfinite(extended_log_probs(model, batch)).all() and torch.isfinite(model.mle_loss(batch)["loss"])
 
 
 @pytest.mark.parametrize("layers", [1, 2])
