@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import argparse
 import functools
+import random
 import sys
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import torch
 from hydra import compose, initialize_config_module
 from hydra.errors import ConfigCompositionException, OverrideParseException
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from models.text.batch import Example
 from models.text.records import DataError, Row
 from rewards.base import Reward
 from rewards.scoring import TOKENIZERS, score_texts
@@ -84,6 +87,24 @@ def compose_rewards(specs: Sequence[str], overrides: Sequence[str] = (),
         if "_target_" not in cfg[label]:  # e.g. `mle`, which selects MLE training rather than a reward
             raise InputError(f"conf/reward/{config}.yaml does not define a reward (no _target_)")
     return {label: instantiate(cfg[label]) for label in labels}
+
+
+def load_splits(overrides: Sequence[str]) -> tuple[dict[str, list[Example]], str]:
+    """The train and validation examples of a data config, split exactly as training splits them, and its data
+    directory: what the scripts that train frozen reward models (QA, LS-Score) learn from."""
+    with initialize_config_module(version_base="1.3", config_module=CONF):
+        cfg = compose(config_name="train", overrides=list(overrides))
+    data = instantiate(cfg.data)
+    data.setup()
+    return data.splits, str(cfg.data_dir)
+
+
+def seeded(threads: int | None, seed: int) -> random.Random:
+    """Set torch's threads and seed as a training script starts; its own generator for what it draws."""
+    if threads:
+        torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    return random.Random(seed)
 
 
 def parse_exclusions(values: Sequence[str]) -> list[tuple[str, str]]:

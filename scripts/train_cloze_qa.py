@@ -26,15 +26,13 @@ import time
 from pathlib import Path
 
 import torch
-from hydra import compose, initialize_config_module
-from hydra.utils import instantiate
 from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models.text.batch import Example  # noqa: E402
 from models.text.vectors import minilm_path  # noqa: E402
 from rewards.qa import MASK, ClozeQuestion, ClozeQuestions, ExtractiveQA, SalientSpans  # noqa: E402
-from scripts.cli import CONF, positive_int  # noqa: E402
+from scripts.cli import load_splits, positive_int, seeded  # noqa: E402
 from trainer.evaluate import as_text  # noqa: E402
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -61,15 +59,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if not 0 <= args.unanswerable < 1:
         parser.error(f"--unanswerable must be in [0, 1), got {args.unanswerable}")
     return args
-
-
-def load_splits(overrides: list[str]) -> dict[str, list[Example]]:
-    """The train and validation examples of a data config, split exactly as training splits them."""
-    with initialize_config_module(version_base="1.3", config_module=CONF):
-        cfg = compose(config_name="train", overrides=list(overrides))
-    data = instantiate(cfg.data)
-    data.setup()
-    return data.splits
 
 
 def contains(context: str, answer: str) -> int:
@@ -129,12 +118,9 @@ def evaluate(model_dir: str, pairs: list[tuple[ClozeQuestion, str, int]], batch_
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    rng = random.Random(args.seed)
+    rng = seeded(args.threads, args.seed)
     began = time.time()
-    splits = load_splits(args.data)
+    splits, _ = load_splits(args.data)
     questions = ClozeQuestions(SalientSpans(), max_questions=30)
     train = cloze_pairs(splits["train"], questions, args.questions_per_article, args.unanswerable, rng)
     held_out = cloze_pairs(splits["val"][: args.eval_articles], questions, args.questions_per_article, 0.0, rng)

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models.text.batch import Example  # noqa: E402
 from models.text.vocab import split_at_sentence_ends  # noqa: E402
 from rewards.ls_score import LSConfig, LSScorer, Negatives, load_encoder, ranking_loss, tokenize_batch  # noqa: E402
-from scripts.cli import CONF, positive_int  # noqa: E402
+from scripts.cli import load_splits, positive_int, seeded  # noqa: E402
 from trainer.sources import read_id_list  # noqa: E402
 
 KINDS = ("deleted", "shuffled", "inserted")
@@ -67,17 +67,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=positive_int, default=None)
     return parser.parse_args(argv)
-
-
-def load_splits(overrides: list[str]) -> tuple[dict[str, list[Example]], str]:
-    """The train and validation examples of a data config, split as training splits them, and its data directory."""
-    from hydra import compose, initialize_config_module
-    from hydra.utils import instantiate
-    with initialize_config_module(version_base="1.3", config_module=CONF):
-        cfg = compose(config_name="train", overrides=list(overrides))
-    data = instantiate(cfg.data)
-    data.setup()
-    return data.splits, str(cfg.data_dir)
 
 
 def usable(examples: list[Example], held_out: set[str]) -> list[Example]:
@@ -150,10 +139,7 @@ def plot(history: list[dict], train_curve: list[tuple[int, float]], path: Path) 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    rng = random.Random(args.seed)
+    rng = seeded(args.threads, args.seed)
     began = time.time()
     splits, data_dir = load_splits(args.data)
     held_out = read_id_list(args.held_out or Path(data_dir).expanduser() / HELD_OUT)
