@@ -80,4 +80,4 @@ def test_the_installed_commands_train_score_and_tabulate_from_another_directory(
     table = run(bin_dir, "sumrl-table4", "mle", "longer", "--metrics", "sms", "--resamples", "50", "--out", "table",
                 cwd=tmp_path)
     assert (tmp_path / "table" / "table4.md").read_text().strip() == table.strip()
-    assert "| longer |" in table and "Difference from MLE+Pgen (no reward)" in table
+    assert "| Mixed w/ longer |" in table and "Difference from MLE+Pgen (no reward)" in table
