@@ -62,6 +62,7 @@ class Run:
     test_metric: str | None = None
     columns: dict[str, str] = field(default_factory=dict)
     stored: list[str] = field(default_factory=list)
+    trained: bool = True  # false: a test of another run's weights (train=false init_from=...)
 
     @classmethod
     def read(cls, path: Path) -> "Run":
@@ -69,7 +70,13 @@ class Run:
         record = cfg.get("table") or recorded_table(cfg)
         return cls(path, cfg.get("run_name") or path.name, record["row"], cfg.get("seed"), cfg.get("run_id"),
                    list(cfg.get("lineage") or []), cfg.get("init_from"), cfg.get("threads"), record["test_metric"],
-                   dict(record["columns"]), list(record["stored"]))
+                   dict(record["columns"]), list(record["stored"]), cfg.get("train", True))
+
+    @property
+    def weights_id(self) -> str | None:
+        """The id of the run whose weights this run tests: its own, or, for a test-only run, the run it re-tests (a
+        baseline re-tested with another metric still pairs with the runs that started from it)."""
+        return self.run_id if self.trained or not self.lineage else self.lineage[-1]
 
 
 def recorded_table(cfg: DictConfig) -> dict:
@@ -133,7 +140,7 @@ def pair_with_baselines(runs: list[Run], baseline: str) -> dict[Path, Run]:
                              "runs that share a row must be seeds of one grid; give table4 one of them")
     baseline = baseline_row(runs, baseline)
     bases = [run for run in runs if run.row == baseline]
-    by_id = {run.run_id: run for run in bases if run.run_id}
+    by_id = {run.weights_id: run for run in bases if run.weights_id}
     pairs = {}
     for run in runs:
         if run.row == baseline or not bases:

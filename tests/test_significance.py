@@ -369,6 +369,20 @@ def test_table4_compares_a_run_with_the_mle_run_it_started_from(seed_grid, tmp_p
     assert "- Mixed w/ ROUGE-L on ROUGE-L" in capsys.readouterr().out
 
 
+def test_table4_pairs_a_run_with_a_retest_of_its_start(seed_grid, tmp_path, capsys):
+    """An MLE run tested again (train=false init_from=its checkpoint, say with another metric) stands for that run:
+    the mixed run that started from it pairs with the re-test. A re-test of some other MLE run does not."""
+    shutil.copytree(seed_grid / "seed_0" / "mle", tmp_path / "retest")
+    (tmp_path / "retest" / "config.yaml").write_text("run_name: mle\nseed: 0\nrun_id: t1\nlineage: [mle0]\ntrain: false\n")
+    load_script("table4").main([str(tmp_path / "retest"), str(seed_grid / "seed_0" / "rouge_l"), "--metrics",
+                                "--out", str(tmp_path)])
+    assert "- Mixed w/ ROUGE-L on ROUGE-L" in capsys.readouterr().out
+    (tmp_path / "retest" / "config.yaml").write_text("run_name: mle\nseed: 0\nrun_id: t1\nlineage: [cc1]\ntrain: false\n")
+    with pytest.raises(SystemExit, match=r"rouge_l descends from runs mle0 .* none of which is a MLE\+Pgen"):
+        load_script("table4").main([str(tmp_path / "retest"), str(seed_grid / "seed_0" / "rouge_l"), "--metrics",
+                                    "--out", str(tmp_path)])
+
+
 def test_table4_refuses_a_run_whose_start_is_not_given(seed_grid, tmp_path):
     """The issue's case: a mixed run started from one MLE run, given beside another MLE run of the same seed."""
     shutil.copytree(seed_grid / "seed_0" / "mle", tmp_path / "other_mle")
