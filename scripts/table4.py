@@ -38,6 +38,7 @@ from models.text.records import csv_rows, jsonl_rows  # noqa: E402
 from models.text.vocab import split_at_sentence_ends  # noqa: E402
 from scripts.cli import add_config_dir_argument, compose_rewards  # noqa: E402
 from trainer.callbacks import plot_curves  # noqa: E402
+from rewards.base import display  # noqa: E402
 from trainer.evaluate import ROWS, columns, evaluate, results_table, table_record  # noqa: E402
 from trainer.significance import Interval, paired_bootstrap, paired_differences, pooled_bootstrap  # noqa: E402
 from trainer.tables import markdown_table, write_csv  # noqa: E402
@@ -187,13 +188,18 @@ def score_run(run: Run, metrics: dict) -> tuple[dict[str, float], dict[str, dict
     rows = read_summaries(run.path)
     hyps = [split_at_sentence_ends(r["summary"].split()) for r in rows]
     refs = [[s.split() for s in r["reference"].split("\n")] for r in rows]
-    means, per_example = evaluate(hyps, refs, metrics)
-    for key in run.stored:
+    from_text = {key: metric for key, metric in metrics.items() if not display(metric).reads_article}
+    means, per_example = evaluate(hyps, refs, from_text)
+    for key in dict.fromkeys([*run.stored, *sorted(metrics.keys() - from_text.keys())]):
         stored = [r["scores"].get(key) for r in rows]
         if all(v is not None for v in stored):
             means[key] = sum(stored) / len(stored)
             for scores, value in zip(per_example, stored):
                 scores[key] = value
+        elif key in metrics:  # summaries.jsonl has no article to score it with
+            raise SystemExit(f"table4: {key} reads the article, which {path} does not keep, and that run's test did "
+                             f"not score it: test the run with it (train=false init_from=<its checkpoint> "
+                             f"'+reward@metrics.{key}={key}'), or leave {key} out of --metrics")
     by_id = dict(zip((r["id"] for r in rows), per_example))
     if len(by_id) != len(rows):
         raise SystemExit(f"table4: {path} repeats article ids ({len(rows) - len(by_id)} duplicate rows)")

@@ -470,3 +470,25 @@ def test_a_new_reward_is_one_class_and_one_yaml_and_table4_shows_it_at_its_scale
     assert mle.startswith("| MLE+Pgen (no reward) |") and mle.endswith("| 40.00 |")
     assert mixed.startswith("| Mixed w/ Length |") and mixed.endswith("| 55.00 |")
     assert "- Mixed w/ Length on Length: 40.00 → 55.00 (+15.00 [" in report
+
+
+def test_table4_refuses_to_score_an_article_reading_metric_without_the_article(tmp_path, monkeypatch):
+    """summaries.jsonl keeps no article: a metric that reads one is taken from the run's test scores or refused,
+    never computed against an empty article."""
+    (tmp_path / "toy_article_reward.py").write_text(
+        "from rewards.base import Display\n\n\nclass Overlap:\n    name, needs_reference = 'overlap', False\n"
+        "    display = Display('Overlap', 100, reads_article=True)\n\n"
+        "    def __call__(self, inputs):\n        return inputs.hyp_lens.float() * 0\n")
+    (tmp_path / "my_conf" / "reward").mkdir(parents=True)
+    (tmp_path / "my_conf" / "reward" / "overlap.yaml").write_text("_target_: toy_article_reward.Overlap\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name, reward, lineage, stored in (("mle", None, [], 0.5), ("rouge_l", RougeL(), ["m"], None)):
+        (tmp_path / "runs" / name).mkdir(parents=True)
+        (tmp_path / "runs" / name / "config.yaml").write_text(run_config(name, reward, run_id=name[0], lineage=lineage))
+        write_jsonl(tmp_path / "runs" / name / "summaries.jsonl", [
+            {"id": "a0", "summary": "a b .", "reference": "a b c .",
+             "scores": {} if stored is None else {"overlap": stored}}])
+    with pytest.raises(SystemExit, match=r"table4: overlap reads the article, which .*rouge_l/summaries.jsonl does "
+                                         r"not keep"):
+        load_script("table4").main([str(tmp_path / "runs"), "--metrics", "overlap", "--config-dir",
+                                    str(tmp_path / "my_conf"), "--resamples", "20", "--out", str(tmp_path)])
