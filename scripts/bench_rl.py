@@ -1,12 +1,14 @@
-"""Self-critical mixed step vs MLE step at See et al. sizes, per reward, measured in one run.
+"""Self-critical mixed step vs MLE step at See et al. sizes, per reward, measured in one run, with where the time goes.
 
     python scripts/bench_rl.py [--device cpu|cuda] [--steps 3] [--rewards rouge_l wms sms s_wms]
                                [--set wms.embeddings.path=vectors.txt ...] [--memory-steps 1000]
 
 An untrained model (samples run to the 100-token limit, the worst case), batch 16, sources of 400
-tokens, targets of 100, hidden 256, embeddings 128, vocabulary 50k. For each reward: median step time
-(forward, decodes, rewards, backward, Adam), the ratio to the MLE step, and the reward's share of the
-RL step (the time inside the two reward calls, as the module logs it).
+tokens, targets of 100, hidden 256, embeddings 128, vocabulary 50k. One markdown row per step: its mean time
+(forward, decodes, rewards, backward, Adam), the ratio to the MLE step, the seconds and share of each section
+(encode; sample + greedy decode; reward; teacher-forced rescoring of the samples; MLE pass; backward; optimizer;
+other: the logged diagnostics), each timed with the device synchronized (`trainer.module.StepTimer`), and the
+hours one epoch over CNN/DM's 287,113 training pairs would take at that step time and batch.
 
 `--memory-steps N` then runs N mixed steps with the first reward, cycling the batches, and reports the
 memory in use after each (CUDA allocated, or the process's resident set on CPU): its first tenth (after
@@ -18,7 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
+from collections import defaultdict
 from pathlib import Path
 
 import torch
@@ -27,31 +29,43 @@ from bench_training import peak_memory_gib, read_examples, see_et_al_setup
 from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
 from models.text.batch import collate
 from scripts.cli import compose_rewards
-from trainer.module import SummarizationModule
+from trainer.module import StepTimer, SummarizationModule
 from trainer.schedules import Constant
 
 
-def time_steps(module: SummarizationModule, batches: list, warmup: int, device: torch.device) -> tuple[float, float]:
-    """Median seconds per optimizer step, and the median logged reward share (0 for MLE)."""
+SECTIONS = ("encode", "decode", "reward", "rescore", "mle", "backward", "optimizer")
+HEADINGS = {"decode": "sample + greedy", "rescore": "rescoring", "mle": "MLE pass"}
+CNNDM_TRAIN_PAIRS = 287_113
+
+
+def time_steps(module: SummarizationModule, batches: list, warmup: int, device: torch.device) -> dict[str, float]:
+    """Mean seconds per optimizer step over the steps after `warmup`: `step` in all, and in each of `SECTIONS`
+    (`other`: the rest, mostly the step's logged diagnostics), each timed with the device synchronized."""
     optimizer = torch.optim.Adam(module.model.parameters(), lr=1e-5)  # small: the model stays untrained
-    logged: dict[str, float] = {}
-    module.log = lambda name, value, **kwargs: logged.__setitem__(name, float(value))
-    times, shares = [], []
+    module.log = lambda *args, **kwargs: None
+    totals: dict[str, float] = defaultdict(float)
     for i, batch in enumerate(batches):
         batch = batch.to(device)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        loss = module.training_step(batch, i)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        module.timer = timer = StepTimer(device)
+        with timer("step"):
+            loss = module.training_step(batch, i)
+            optimizer.zero_grad(set_to_none=True)
+            with timer("backward"):
+                loss.backward()
+            with timer("optimizer"):
+                optimizer.step()
         if i >= warmup:
-            times.append(time.perf_counter() - start)
-            shares.append(logged.get("train/reward_time_share", 0.0))
-    return statistics.median(times), statistics.median(shares)
+            for section, seconds in timer.seconds.items():
+                totals[section] += seconds
+    means = {section: seconds / (len(batches) - warmup) for section, seconds in totals.items()}
+    return means | {"other": means["step"] - sum(means.get(s, 0.0) for s in SECTIONS)}
+
+
+def breakdown_row(label: str, times: dict[str, float], mle_step: float, batch_size: int) -> str:
+    step = times["step"]
+    cells = [f"{times[s]:.2f} ({100 * times[s] / step:.0f}%)" if s in times else "-" for s in (*SECTIONS, "other")]
+    epoch_hours = CNNDM_TRAIN_PAIRS / batch_size * step / 3600
+    return f"| {label} | {step:.2f} | {step / mle_step:.2f} | {' | '.join(cells)} | {epoch_hours:.1f} |"
 
 
 def memory_in_use_gib(device: torch.device) -> float:
@@ -103,13 +117,16 @@ def main() -> None:
         return SummarizationModule(model, vocab, optimizer=None, reward=reward, gamma=Constant(0.9984),
                                    rl_max_len=100).to(device)
 
-    mle_time, _ = time_steps(module(), batches, args.warmup, device)
-    print(f"batch 16, source 400, target 100, hidden 256, emb 128, vocab {len(vocab)}, "
-          f"{args.threads} threads, {args.device}, untrained model, median of {args.steps} steps")
-    print(f"| step | seconds | × MLE step | reward share |\n|---|---|---|---|\n| MLE | {mle_time:.2f} | 1.00 | - |")
+    print(f"batch 16, source 400, target 100, hidden 256, emb 128, vocab {len(vocab)}, {args.threads} threads, "
+          f"{args.device}, untrained model, mean of {args.steps} steps after {args.warmup} of warm-up; seconds per "
+          f"step (share of the step); epoch: {CNNDM_TRAIN_PAIRS:,} CNN/DM pairs at this step time, in hours")
+    headings = [HEADINGS.get(s, s) for s in (*SECTIONS, "other")]
+    print(f"| step | seconds | × MLE step | {' | '.join(headings)} | epoch (h) |\n|{'---|' * (len(headings) + 4)}")
+    mle_times = time_steps(module(), batches, args.warmup, device)
+    print(breakdown_row("MLE", mle_times, mle_times["step"], 16), flush=True)
     for name, reward in rewards.items():
-        rl_time, share = time_steps(module(reward), batches, args.warmup, device)
-        print(f"| mixed, {name} | {rl_time:.2f} | {rl_time / mle_time:.2f} | {100 * share:.1f}% |", flush=True)
+        print(breakdown_row(f"mixed, {name}", time_steps(module(reward), batches, args.warmup, device),
+                            mle_times["step"], 16), flush=True)
     print(f"peak memory {peak_memory_gib(device):.2f} GiB ({'CUDA max allocated' if device.type == 'cuda' else 'max RSS'})")
     if args.memory_steps:
         name, reward = next(iter(rewards.items()))

@@ -4,9 +4,11 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import defaultdict
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytorch_lightning as pl
 import torch
@@ -56,6 +58,34 @@ def finite_or_none(value: float) -> float | None:
     return None if value != value else value
 
 
+class StepTimer:
+    """Seconds per named section of training steps (`scripts/bench_rl.py`'s breakdown): install one as a module's
+    `timer`. The device is synchronized at both ends of a section, so queued CUDA work is charged where it was queued."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    @contextmanager
+    def __call__(self, section: str) -> Iterator[None]:
+        self._sync()
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._sync()
+            self.seconds[section] += time.perf_counter() - start
+
+
+def untimed(section: str) -> AbstractContextManager[None]:
+    """The timer of a module that nobody measures: sections cost nothing and no synchronization."""
+    return nullcontext()
+
+
 @dataclass
 class Rollouts:
     """A batch's training decodes: k samples per article (rows i·k … i·k + k − 1), then a greedy row each if the
@@ -82,7 +112,8 @@ class SummarizationModule(pl.LightningModule):
     `unlabelled_fraction`: the fraction of each training batch without references (the data's, passed by
     `trainer.train.build`). Those rows get no MLE term (its mean is over reference tokens) and, from a weighted-sum
     reward, only its reference-free terms; its reference-based terms weigh 1/(1 − fraction) on the other rows
-    (`rewards.base.WeightedSum.total`)."""
+    (`rewards.base.WeightedSum.total`).
+"""
 
     def __init__(self, model: torch.nn.Module, vocab: Vocabulary, optimizer: Callable[..., torch.optim.Optimizer],
                  reward: Reward | None = None, gamma: Callable[[int], float] | None = None,
@@ -120,6 +151,7 @@ class SummarizationModule(pl.LightningModule):
         if samples_to_log < 0:
             raise ValueError(f"samples_to_log must be at least 0, got {samples_to_log}")
         self.samples_to_log, self.samples_seed = samples_to_log, samples_seed
+        self.timer: Callable[[str], AbstractContextManager[None]] = untimed  # a `StepTimer` to see where a step goes
 
     @property
     def stage(self) -> str:
@@ -137,9 +169,11 @@ class SummarizationModule(pl.LightningModule):
         return self.optimizer_factory(self.model.parameters())
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor | None:
-        enc = self.model.encode(batch)
+        with self.timer("encode"):
+            enc = self.model.encode(batch)
         if self.reward is None:
-            out = self.model.mle_loss(batch, enc=enc)
+            with self.timer("mle"):
+                out = self.model.mle_loss(batch, enc=enc)
             self._log_train({"loss": out["loss"], "nll": out["nll"]}, len(batch))
             loss = out["loss"]
         else:
@@ -172,13 +206,14 @@ class SummarizationModule(pl.LightningModule):
         # The baseline decodes in test-time mode (no dropout); k samples and the greedy rows share one batched loop.
         training = self.model.training  # as it was: validation (`training_samples`) decodes in eval mode too
         self.model.eval()
-        decoded = sample_and_greedy(self.model, enc, self.rl_max_len, generator=generator, samples=k,
-                                    with_greedy=with_greedy, temperature=self.temperature)
+        with self.timer("decode"):
+            decoded = sample_and_greedy(self.model, enc, self.rl_max_len, generator=generator, samples=k,
+                                        with_greedy=with_greedy, temperature=self.temperature)
         self.model.train(training)
         decode_end = time.perf_counter()
         rows = rollout_rows(B, k, with_greedy)
         rollouts = batch.index_select(rows)
-        with torch.no_grad():  # one reward call scores the samples and the greedy rows together
+        with torch.no_grad(), self.timer("reward"):  # one reward call scores samples and greedy rows together
             inputs = RewardInput.from_decoded(decoded.ids, decoded.lengths, rollouts, self.vocab,
                                               self.unlabelled_fraction)
             rewards, terms = self._reward(inputs)
@@ -197,11 +232,13 @@ class SummarizationModule(pl.LightningModule):
         start = time.perf_counter()
         out = self._rollouts(batch, enc)
         # log q(ŷ) with gradient, q the sampled (tempered) distribution: a teacher-forced pass over the samples.
-        mle = self.model.mle_loss(batch, enc=enc)
+        with self.timer("mle"):
+            mle = self.model.mle_loss(batch, enc=enc)
         sampled = out.decoded.rows(slice(0, B * k))
         sample_enc = enc if k == 1 else enc.index_select(torch.tensor(out.rows[: B * k], device=batch.device))
-        sample_log_probs = self.model.teacher_forced(sample_enc, self._feed(sampled.ids), sampled.ids,
-                                                     self.temperature).log_probs
+        with self.timer("rescore"):
+            sample_log_probs = self.model.teacher_forced(sample_enc, self._feed(sampled.ids), sampled.ids,
+                                                         self.temperature).log_probs
         rl = self_critical_loss(sample_log_probs, sampled.lengths, out.sample_rewards.flatten(),
                                 out.baseline.flatten(), self.length_normalize).view(B, k).mean(1)
         loss = gamma * rl.mean() + (1 - gamma) * mle["loss"] if batch.has_reference.any() else rl.mean()
