@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 import torch
 from torch import Tensor
@@ -30,6 +30,13 @@ class Decoded:
         lengths = self.lengths[index]
         T = int(lengths.max()) if lengths.numel() else 0
         return Decoded(self.ids[index, :T], lengths)
+
+
+class Chooser(Protocol):
+    """Picks the next token of each row still decoding: `probs` [N, X] after the step processors, `rows` [N] their
+    rows in the batch of `n_rows` -> ids [N]."""
+
+    def __call__(self, probs: Tensor, rows: Tensor, n_rows: int) -> Tensor: ...
 
 
 class StepProcessor(Protocol):
@@ -90,47 +97,62 @@ def _processors(model: PointerGenerator, extra: Sequence[StepProcessor]) -> list
     return [ForbidTokens((model.config.pad_id, model.config.bos_id)), *extra]
 
 
-def _decode(model: PointerGenerator, enc: EncoderOutput, max_len: int, choose: Callable[[Tensor], Tensor],
+def _decode(model: PointerGenerator, enc: EncoderOutput, max_len: int, choose: Chooser,
             processors: Sequence[StepProcessor]) -> Decoded:
-    """Run the decoder, picking each next token with `choose(probs [B, X]) -> ids [B]`."""
+    """Run the decoder, picking each next token with `choose`. Rows that have ended leave the batch that the decoder
+    runs on once they are a quarter of it (each shrink copies the encoder outputs, so not at every </s>)."""
     cfg = model.config
     B, device = enc.src_ext.size(0), enc.src_ext.device
     state = model.initial_state(enc)
+    live = torch.arange(B, device=device)  # the batch rows that `enc`, `state`, `ids` and `done` hold, in order
     ids = torch.full((B,), cfg.bos_id, dtype=torch.long, device=device)
     done = torch.zeros(B, dtype=torch.bool, device=device)
     history = torch.zeros(B, 0, dtype=torch.long, device=device)
     for _ in range(max_len):
         probs, state, _ = model.step_probs(enc, state, ids)
         for process in processors:
-            process(probs, history, 0.0)
-        ids = choose(probs)
-        history = torch.cat([history, ids.masked_fill(done, cfg.pad_id).unsqueeze(1)], 1)
+            process(probs, history[live], 0.0)
+        ids = choose(probs, live, B)
+        step_ids = ids.new_full((B,), cfg.pad_id).index_put_((live,), ids.masked_fill(done, cfg.pad_id))
+        history = torch.cat([history, step_ids.unsqueeze(1)], 1)
         done = done | (ids == cfg.eos_id)
-        if bool(done.all()):
+        n_done = int(done.sum())
+        if n_done == len(live):
             break
+        if 4 * n_done >= len(live):
+            keep = (~done).nonzero().squeeze(1)
+            enc, state, ids, live, done = (enc.index_select(keep), state.index_select(keep), ids[keep], live[keep],
+                                           done[keep])
     return Decoded(history, (history != cfg.pad_id).sum(1))
 
 
-def sample_categorical(probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
+def sample_categorical(probs: Tensor, generator: torch.Generator | None = None,
+                       uniform: Tensor | None = None) -> Tensor:
     """One draw per row of `probs` [B, X] (non-negative, rows need not sum to 1) by inverse CDF: one uniform
-    per row (torch.multinomial draws one exponential per entry, a large share of a decoding step on CPU)."""
+    per row (`uniform` [B, 1], else drawn here; torch.multinomial draws one exponential per entry, a large share of a
+    decoding step on CPU)."""
     cdf = probs.cumsum(-1)
-    u = torch.rand(probs.size(0), 1, generator=generator, device=probs.device, dtype=cdf.dtype) * cdf[:, -1:]
+    if uniform is None:
+        uniform = torch.rand(probs.size(0), 1, generator=generator, device=probs.device, dtype=cdf.dtype)
     # the first entry whose cdf exceeds u: zero-probability entries (cdf unchanged) are never drawn
-    return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp(max=probs.size(-1) - 1)
+    return torch.searchsorted(cdf, uniform * cdf[:, -1:], right=True).squeeze(1).clamp(max=probs.size(-1) - 1)
 
 
-def _multinomial(generator: torch.Generator | None, temperature: float = 1.0) -> Callable[[Tensor], Tensor]:
-    """Draws from p^(1/temperature), renormalised (`sample_categorical` needs no normalised rows)."""
+def _multinomial(generator: torch.Generator | None, temperature: float = 1.0) -> Chooser:
+    """Draws from p^(1/temperature), renormalised (`sample_categorical` needs no normalised rows). Each step draws a
+    uniform for every row of the batch, decoding or ended, so a row's draws do not depend on when others end."""
     if temperature <= 0:
         raise ValueError(f"the sampling temperature must be positive, got {temperature}")
-    if temperature == 1.0:
-        return lambda probs: sample_categorical(probs, generator)
-    # divided by the row's max first, so that a small temperature cannot underflow every entry to 0
-    return lambda probs: sample_categorical((probs / probs.amax(-1, keepdim=True)) ** (1 / temperature), generator)
+
+    def choose(probs: Tensor, rows: Tensor, n_rows: int) -> Tensor:
+        uniform = torch.rand(n_rows, 1, generator=generator, device=probs.device, dtype=probs.dtype)[rows]
+        if temperature != 1.0:  # divided by the row's max first, so that a small τ cannot underflow every entry to 0
+            probs = (probs / probs.amax(-1, keepdim=True)) ** (1 / temperature)
+        return sample_categorical(probs, uniform=uniform)
+    return choose
 
 
-def _argmax(probs: Tensor) -> Tensor:
+def _argmax(probs: Tensor, rows: Tensor, n_rows: int) -> Tensor:
     return probs.argmax(-1)
 
 
@@ -154,14 +176,16 @@ def sample_and_greedy(model: PointerGenerator, enc: EncoderOutput, max_len: int 
     (self-critical training re-scores ŷ with `model.teacher_forced`); rows as `rollout_rows` lays them out.
     Dropout follows the model's train/eval mode, which the caller sets; in train mode the greedy rows differ
     from `greedy` in eval mode."""
+    B = enc.src_ext.size(0)
+    n_drawn = B * samples
+    sampler = _multinomial(generator, temperature)
+    rows = torch.tensor(rollout_rows(B, samples, with_greedy), device=enc.src_ext.device)
+
+    def choose(probs: Tensor, live: Tensor, n_rows: int) -> Tensor:
+        drawn = int((live < n_drawn).sum())  # the rows still decoding are in order: draws first, then greedy rows
+        return torch.cat([sampler(probs[:drawn], live[:drawn], n_drawn), _argmax(probs[drawn:], live[drawn:], n_rows)])
     with torch.no_grad():
-        B = enc.src_ext.size(0)
-        n_drawn = B * samples
-        sampler = _multinomial(generator, temperature)
-        rows = torch.tensor(rollout_rows(B, samples, with_greedy), device=enc.src_ext.device)
-        return _decode(model, enc.index_select(rows), max_len,
-                       lambda probs: torch.cat([sampler(probs[:n_drawn]), _argmax(probs[n_drawn:])]),
-                       _processors(model, processors))
+        return _decode(model, enc.index_select(rows), max_len, choose, _processors(model, processors))
 
 
 @torch.no_grad()

@@ -486,7 +486,8 @@ def test_tempered_sampling_draws_from_the_tempered_distribution():
     """At τ, `sample_categorical` after `_multinomial`'s rescaling picks each token with frequency ∝ p^(1/τ)."""
     probs = torch.tensor([[0.6, 0.3, 0.1, 0.0]]).repeat(20000, 1)
     for temperature in (0.5, 2.0):
-        drawn = _multinomial(torch.Generator().manual_seed(0), temperature)(probs)
+        drawn = _multinomial(torch.Generator().manual_seed(0), temperature)(probs, torch.arange(len(probs)),
+                                                                            len(probs))
         q = probs[0] ** (1 / temperature)
         torch.testing.assert_close(torch.bincount(drawn, minlength=4) / len(drawn), q / q.sum(), atol=0.01, rtol=0)
     with pytest.raises(ValueError, match="temperature must be positive"):
