@@ -192,7 +192,7 @@ class ExtractiveQA:
     forward passes. Answer spans are searched among context tokens; probabilities are softmaxes over the context
     tokens and [CLS] (a SQuAD-2-style model's "no answer")."""
 
-    def __init__(self, model: str, max_length: int = 384, max_answer_tokens: int = 30, pairs_per_forward: int = 512):
+    def __init__(self, model: str, max_length: int = 384, max_answer_tokens: int = 30, pairs_per_forward: int = 32):
         transformers = optional("transformers", "qa")
         location = str(Path(model).expanduser()) if Path(model).expanduser().exists() else model
         try:
@@ -214,12 +214,19 @@ class ExtractiveQA:
         """Per (question, context, true answer): `fscore` and `exact` (SQuAD F1 and EM of the best span), `conf`
         (probability of the true answer's span, its most likely occurrence; 0 where the context lacks it) and
         `predicted_conf` (the best span's probability: SummaQA's "confidence"). Float tensors [P] on `device`.
-        Batched forward passes of at most `pairs_per_forward` pairs (attention memory grows with pairs × length²)."""
-        parts = [self._read(questions[i:i + self.pairs_per_forward], contexts[i:i + self.pairs_per_forward],
-                            answers[i:i + self.pairs_per_forward], device)
-                 for i in range(0, len(questions), self.pairs_per_forward)]
+        Pairs are read in order of length, in forward passes of at most `pairs_per_forward` pairs, each padded to its
+        own longest pair: little padding, and bounded memory (attention memory grows with pairs × length²)."""
         keys = ("fscore", "exact", "conf", "predicted_conf")
-        return {k: torch.cat([p[k] for p in parts]) if parts else torch.zeros(0, device=device) for k in keys}
+        if not questions:
+            return {k: torch.zeros(0, device=device) for k in keys}
+        lengths = [len(ids) for ids in self.tokenizer([q.replace(MASK, self.mask) for q in questions], contexts,
+                                                      truncation="only_second", max_length=self.max_length)["input_ids"]]
+        order = sorted(range(len(questions)), key=lengths.__getitem__)
+        chunks = [order[i:i + self.pairs_per_forward] for i in range(0, len(order), self.pairs_per_forward)]
+        parts = [self._read([questions[j] for j in chunk], [contexts[j] for j in chunk], [answers[j] for j in chunk],
+                            device) for chunk in chunks]
+        unsort = torch.tensor(order, device=device).argsort()
+        return {k: torch.cat([p[k] for p in parts])[unsort] for k in keys}
 
     @torch.inference_mode()
     def _read(self, questions: list[str], contexts: list[str], answers: list[str],

@@ -5,6 +5,7 @@ from unittest.mock import patch
 import torch
 
 from models.decoding import BlockRepeatedTrigrams, MinLength, greedy
+from rewards.qa import MASK, ExtractiveQA
 from test_decoding import recorded_setting
 from test_rl import tiny_module
 from trainer.module import StepTimer
@@ -36,3 +37,21 @@ def test_greedy_rows_that_leave_the_batch_decode_as_they_would_alone():
             alone = greedy(model, model.encode(batch.index_select([i])), 20, processors)
             n = int(alone.lengths[0])
             assert batched.ids[i, :n].tolist() == alone.ids[0, :n].tolist() and batched.lengths[i] == n, i
+
+
+def test_qa_pairs_read_in_order_of_length_score_as_one_padded_pass(tiny_qa_model):
+    """Reading pairs sorted by length, each forward padded to its own longest, gives every pair the scores that one
+    pass over all pairs in their given order gives."""
+    qa = ExtractiveQA(tiny_qa_model)
+    questions = [f"He met {MASK} in Berlin .", f"The president of France visited {MASK} on Monday with 300 soldiers .",
+                 f"{MASK} said .", f"Police in Paris said the court was in {MASK} yesterday ."] * 2
+    contexts = ["angela merkel met the president in berlin .", "the president visited paris .", "police said it .",
+                "police in paris said the court was in london yesterday , a report said ."] * 2
+    contexts[4:] = reversed(contexts[4:])  # lengths out of order
+    answers = ["Angela Merkel", "Paris", "Police", "London"] * 2
+    whole = qa._read(questions, contexts, answers, "cpu")  # one forward, in the given order, padded to the longest
+    qa.pairs_per_forward = 3
+    sorted_chunks = qa.read(questions, contexts, answers)
+    for key in whole:
+        torch.testing.assert_close(sorted_chunks[key], whole[key], atol=1e-5, rtol=1e-5, msg=key)
+    assert len(set(whole["conf"].tolist())) > 2  # the pairs score differently: a mix-up would show
