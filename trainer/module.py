@@ -60,7 +60,7 @@ def finite_or_none(value: float) -> float | None:
 
 class StepTimer:
     """Seconds per named section of training steps (`scripts/bench_rl.py`'s breakdown): install one as a module's
-    `timer`. The device is synchronized at both ends of a section, so queued CUDA work is charged where it was queued."""
+    `timer`. The device is synchronized at both ends of a section, so queued CUDA work is charged to its section."""
 
     def __init__(self, device: torch.device):
         self.device = device
