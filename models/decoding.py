@@ -97,10 +97,15 @@ def _processors(model: PointerGenerator, extra: Sequence[StepProcessor]) -> list
     return [ForbidTokens((model.config.pad_id, model.config.bos_id)), *extra]
 
 
+# Ended rows leave the decoded batch once they are this share of it: each shrink copies the encoder outputs, so not
+# at every </s>.
+SHRINK_AT = 0.25
+
+
 def _decode(model: PointerGenerator, enc: EncoderOutput, max_len: int, choose: Chooser,
             processors: Sequence[StepProcessor]) -> Decoded:
     """Run the decoder, picking each next token with `choose`. Rows that have ended leave the batch that the decoder
-    runs on once they are a quarter of it (each shrink copies the encoder outputs, so not at every </s>)."""
+    runs on once they are `SHRINK_AT` of it."""
     cfg = model.config
     B, device = enc.src_ext.size(0), enc.src_ext.device
     state = model.initial_state(enc)
@@ -119,7 +124,7 @@ def _decode(model: PointerGenerator, enc: EncoderOutput, max_len: int, choose: C
         n_done = int(done.sum())
         if n_done == len(live):
             break
-        if 4 * n_done >= len(live):
+        if n_done >= SHRINK_AT * len(live):
             keep = (~done).nonzero().squeeze(1)
             enc, state, ids, live, done = (enc.index_select(keep), state.index_select(keep), ids[keep], live[keep],
                                            done[keep])

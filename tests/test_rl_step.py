@@ -1,14 +1,20 @@
 """The self-critical step's speed work: the timing seam, and equivalence of each faster path with the path it replaced
 (the same decodes; the same gradient in fp32 on a fixed batch, to 1e-5)."""
+import random
 from unittest.mock import patch
 
+import pytest
 import torch
 
+from models import decoding
 from models.decoding import BlockRepeatedTrigrams, MinLength, greedy
+from models.pointer_generator import EncoderOutput
 from rewards.qa import MASK, ExtractiveQA
 from test_decoding import recorded_setting
 from test_rl import tiny_module
+from trainer.batch import Batch, Example, collate
 from trainer.module import StepTimer
+from trainer.vocab import Vocabulary
 
 
 def test_step_timer_sees_each_section_of_a_mixed_step():
@@ -25,7 +31,7 @@ def test_greedy_rows_that_leave_the_batch_decode_as_they_would_alone():
     history) equals each article decoded on its own, where no other row ever ends."""
     model, batch = recorded_setting(coverage=False)
     processors = [BlockRepeatedTrigrams(), MinLength(5, model.config.eos_id)]  # rows end at 7 to 13 tokens
-    shrinks = []
+    shrinks = []  # calls of EncoderOutput.index_select
     with torch.no_grad():
         enc = model.encode(batch)
         select = type(enc).index_select
@@ -55,3 +61,47 @@ def test_qa_pairs_read_in_order_of_length_score_as_one_padded_pass(tiny_qa_model
     for key in whole:
         torch.testing.assert_close(sorted_chunks[key], whole[key], atol=1e-5, rtol=1e-5, msg=key)
     assert len(set(whole["conf"].tolist())) > 2  # the pairs score differently: a mix-up would show
+
+
+def varied_batch(vocab: Vocabulary, n: int = 6) -> Batch:
+    """Articles that differ from one another (a row given another row's article shows), an out-of-vocabulary word to
+    copy, and a third of them without a reference."""
+    rng = random.Random(0)
+    words = "the cat sat on a mat . dog ran zorblax".split()
+    examples = [Example(str(i), [rng.choice(words) for _ in range(rng.randint(5, 12))],
+                        [[rng.choice(words) for _ in range(rng.randint(2, 6))]] if i % 3 else None) for i in range(n)]
+    return collate(examples, vocab)
+
+
+def mixed_step_gradient(seed: int, samples: int, temperature: float) -> tuple[dict[str, torch.Tensor], int]:
+    """The parameters' gradient after one mixed step of the tiny module on `varied_batch` (the same weights every
+    call, </s> made likelier), drawing with `seed`, and how many times rows of the encoded articles were selected."""
+    module, _ = tiny_module(gamma=0.7)
+    module.samples, module.temperature, module.rl_max_len = samples, temperature, 30
+    with torch.no_grad():  # rows end at different steps
+        module.model.out_vocab.bias[module.vocab.eos_id] += 1.5
+    batch = varied_batch(module.vocab)
+    shrinks = []  # calls of EncoderOutput.index_select
+    select = EncoderOutput.index_select
+    with patch.object(EncoderOutput, "index_select", lambda self, index: shrinks.append(len(index)) or
+                      select(self, index)):
+        torch.manual_seed(seed)
+        module.training_step(batch, 0).backward()
+    return {name: p.grad for name, p in module.model.named_parameters() if p.grad is not None}, len(shrinks)
+
+
+@pytest.mark.parametrize("samples, temperature", [(1, 1.0), (3, 1.0), (2, 0.5)])
+def test_rows_leaving_the_decode_leave_the_mixed_steps_gradient_as_it_was(samples, temperature):
+    """The mixed step's gradient when ended rows leave the decode equals the gradient when every row decodes to
+    the end (the path before), in fp32 to 1e-5: same draws, same greedy rows, same rescoring."""
+    shrank = False
+    for seed in range(3):
+        shrunk, selects = mixed_step_gradient(seed, samples, temperature)
+        with patch.object(decoding, "SHRINK_AT", 2.0):  # never: every row decodes to the batch's longest
+            whole, selects_before = mixed_step_gradient(seed, samples, temperature)
+        assert any(g.abs().sum() > 0 for g in whole.values())
+        shrank |= selects > selects_before
+        assert shrunk.keys() == whole.keys()
+        for name, grad in whole.items():
+            torch.testing.assert_close(shrunk[name], grad, atol=1e-5, rtol=1e-5, msg=f"seed {seed}: {name}")
+    assert shrank  # some decode did shrink
