@@ -31,7 +31,7 @@ def test_greedy_rows_that_leave_the_batch_decode_as_they_would_alone():
     history) equals each article decoded on its own, where no other row ever ends."""
     model, batch = recorded_setting(coverage=False)
     processors = [BlockRepeatedTrigrams(), MinLength(5, model.config.eos_id)]  # rows end at 7 to 13 tokens
-    shrinks = []  # calls of EncoderOutput.index_select
+    shrinks = []  # rows of each EncoderOutput.index_select call: the batch shrinking
     with torch.no_grad():
         enc = model.encode(batch)
         select = type(enc).index_select
@@ -81,13 +81,13 @@ def mixed_step_gradient(seed: int, samples: int, temperature: float) -> tuple[di
     with torch.no_grad():  # rows end at different steps
         module.model.out_vocab.bias[module.vocab.eos_id] += 1.5
     batch = varied_batch(module.vocab)
-    shrinks = []  # calls of EncoderOutput.index_select
+    selects = []  # rows of each EncoderOutput.index_select call
     select = EncoderOutput.index_select
-    with patch.object(EncoderOutput, "index_select", lambda self, index: shrinks.append(len(index)) or
+    with patch.object(EncoderOutput, "index_select", lambda self, index: selects.append(len(index)) or
                       select(self, index)):
         torch.manual_seed(seed)
         module.training_step(batch, 0).backward()
-    return {name: p.grad for name, p in module.model.named_parameters() if p.grad is not None}, len(shrinks)
+    return {name: p.grad for name, p in module.model.named_parameters() if p.grad is not None}, len(selects)
 
 
 @pytest.mark.parametrize("samples, temperature", [(1, 1.0), (3, 1.0), (2, 0.5)])
