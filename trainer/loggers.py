@@ -8,7 +8,6 @@ from pathlib import Path
 
 from pytorch_lightning.loggers import WandbLogger
 
-from models.text.extras import optional
 
 
 def has_wandb_credentials() -> bool:
@@ -22,7 +21,6 @@ def has_wandb_credentials() -> bool:
 
 def wandb_logger(project: str = "sumrl", save_dir: str = ".", offline: bool | None = None, **kwargs) -> WandbLogger:
     """A WandbLogger that runs offline (sync later with `wandb sync`) when no credentials are found."""
-    optional("wandb", "wandb")  # Lightning's own message names no install command
     os.environ.setdefault("WANDB_SILENT", "true")
     os.environ.setdefault("WANDB_CONSOLE", "off")
     offline = not has_wandb_credentials() if offline is None else offline

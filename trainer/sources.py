@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Protocol
 
-from models.text.extras import optional
 from models.text.records import DataError, csv_rows, jsonl_rows, numbered_lines
 
 
@@ -79,7 +78,7 @@ class HubDataset:
         return f"{self.path}[{self.split}]"
 
     def records(self) -> Iterator[Record]:
-        datasets = optional("datasets", "hub")  # deferred: importing datasets costs seconds
+        import datasets  # deferred: importing datasets costs seconds
 
         data = datasets.load_dataset(self.path, self.name, split=self.split, data_files=self.data_files)
         if self.limit is not None:
@@ -121,7 +120,7 @@ class LocalFile:
         return ((row.where, row.data) for row in csv_rows(self.path))
 
     def _parquet(self) -> Iterator[tuple[str, dict]]:
-        pd = optional("pandas", "hub")
+        import pandas as pd  # deferred: only Parquet files need it
         for i, row in enumerate(pd.read_parquet(self.path).to_dict(orient="records")):
             yield f"{self.path} row {i}", row
 
