@@ -9,12 +9,12 @@ import torch
 from models import decoding
 from models.decoding import BlockRepeatedTrigrams, MinLength, greedy
 from models.pointer_generator import EncoderOutput
+from models.text.batch import Batch, Example, collate
+from models.text.vocab import Vocabulary
 from rewards.qa import MASK, ExtractiveQA
 from test_decoding import recorded_setting
 from test_rl import tiny_module
-from trainer.batch import Batch, Example, collate
 from trainer.module import StepTimer
-from trainer.vocab import Vocabulary
 
 
 def test_step_timer_sees_each_section_of_a_mixed_step():
