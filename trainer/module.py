@@ -112,8 +112,7 @@ class SummarizationModule(pl.LightningModule):
     `unlabelled_fraction`: the fraction of each training batch without references (the data's, passed by
     `trainer.train.build`). Those rows get no MLE term (its mean is over reference tokens) and, from a weighted-sum
     reward, only its reference-free terms; its reference-based terms weigh 1/(1 − fraction) on the other rows
-    (`rewards.base.WeightedSum.total`).
-"""
+    (`rewards.base.WeightedSum.total`)."""
 
     def __init__(self, model: torch.nn.Module, vocab: Vocabulary, optimizer: Callable[..., torch.optim.Optimizer],
                  reward: Reward | None = None, gamma: Callable[[int], float] | None = None,
