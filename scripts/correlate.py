@@ -11,6 +11,10 @@ then prints, per human dimension and protocol (`--protocol`, see rewards/correla
     systems, the Pearson r of metric and human differences over inputs; then, per two metrics, on how
     many pairs the first is significantly better (Williams, p < 0.05), "dominates" on >= 80%;
   - system: the correlations of per-system means.
+With several references per row (a list field, `--references-field`, e.g. the MSR compression rows of
+`python -m rewards.msr_compression`), `--multi-reference 1 2` adds ROUGE-N recall against all of them as Toutanova
+et al. (2016, §4.1) aggregate them: rouge_<n>_mult_{max,all,prob} (`rewards.rouge.multi_reference_recall`), on the
+tokens of `--multi-reference-tokenize`.
 Rows whose judgment is null are left out of that dimension only. `--systems` keeps the inputs
 (`--input-field`) that have a row for every listed system; a later row of the same input and system
 replaces an earlier one.
@@ -39,7 +43,9 @@ import math
 from models.text.records import Row, read_jsonl
 from rewards.correlation import (CORRELATIONS, correlation, dominance, input_level_pairs, system_level,
                                  williams_matrix)
-from scripts.cli import InputError, add_scoring_arguments, command, parse_exclusions, score_rows
+from rewards.rouge import MULTI_REFERENCE, multi_reference_recall
+from rewards.scoring import TOKENIZERS, hypothesis_tokens, tokenize
+from scripts.cli import InputError, add_scoring_arguments, command, parse_exclusions, positive_int, score_rows
 from trainer.tables import markdown_table
 
 PROTOCOLS = ("summary", "pairs", "system")
@@ -62,11 +68,35 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--system-field", default="system")
     parser.add_argument("--systems", nargs="+", default=None, metavar="SYSTEM",
                         help="keep only these systems, and only inputs that have a row for each of them")
+    parser.add_argument("--multi-reference", nargs="+", type=positive_int, default=[], metavar="N",
+                        help="add ROUGE-N recall against every reference in --references-field: MULT-MAX, "
+                             "MULT-ALL and MULT-PROB (Toutanova et al. 2016)")
+    parser.add_argument("--references-field", default="references", help="a list of reference strings per row")
+    parser.add_argument("--multi-reference-tokenize", choices=TOKENIZERS, default="treebank")
     add_scoring_arguments(parser)
     args = parser.parse_args(argv)
     if args.input_field is None and (args.systems or "pairs" in args.protocol):
         parser.error("--systems and --protocol pairs need --input-field")
     return args
+
+
+def references_of(row: Row, field: str) -> list[str]:
+    """A row's list of reference strings (at least one)."""
+    value = row.value(field)
+    if not isinstance(value, list) or not value or not all(isinstance(r, str) for r in value):
+        raise row.error(f"field {field!r} must be a non-empty list of strings")
+    return value
+
+
+def multi_reference_scores(rows: list[Row], candidate_field: str, references_field: str, orders: list[int],
+                           tokenizer: str) -> dict[str, list[float]]:
+    """rouge_<n>_mult_<method> of each row's candidate against all its references, for each n in `orders`."""
+    words = lambda text: hypothesis_tokens(tokenize(text, tokenizer))  # noqa: E731
+    candidates = [words(row.text(candidate_field)) for row in rows]
+    references = [[words(r) for r in references_of(row, references_field)] for row in rows]
+    return {f"rouge_{n}_mult_{method}": [multi_reference_recall(c, refs, n, method)
+                                         for c, refs in zip(candidates, references)]
+            for n in orders for method in MULTI_REFERENCE}
 
 
 def complete_inputs(rows: list[Row], input_field: str, system_field: str, systems: list[str]) -> list[Row]:
@@ -140,7 +170,10 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, dict[str, float]]
     used = [i for i in range(len(rows)) if any(judgments[dim][i] is not None for dim in args.human)]
     if not used:
         raise InputError(f"{args.input}: no row left with a human judgment in {args.human}")
-    _, scores = score_rows(args, [rows[i] for i in used])
+    # The multi-reference scores first: a bad references field fails before the rewards load their models.
+    multi = multi_reference_scores([rows[i] for i in used], args.candidate_field, args.references_field,
+                                   args.multi_reference, args.multi_reference_tokenize) if args.multi_reference else {}
+    scores = score_rows(args, [rows[i] for i in used])[1] | multi
     results, sections = {}, []
     for dim in args.human:
         # A pair needs the judgment and every metric (a reference-based metric is null without a reference).

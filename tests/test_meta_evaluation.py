@@ -154,6 +154,34 @@ def test_multi_reference_recall_counts_repeated_units_separately():
     assert multi_reference_recall("the the".split(), refs, 1, "max") == pytest.approx(2 / 3)  # vs R1: 2 of 3
 
 
+def test_correlate_scores_multi_reference_recall_of_each_row(tmp_path, capsys):
+    # two references per row; human scores chosen as the hand-computed MULT-PROB bigram recall (Toutanova §4.1)
+    refs = ["imagine your household", "your household"]
+    candidates = {"your household": (1.0, 1 / 2, 1 / 1.5), "imagine your": (0.5, 1 / 2, 0.5 / 1.5),
+                  "imagine your household": (1.0, 1.0, 1.0), "my house": (0.0, 0.0, 0.0)}
+    rows = [{"input": f"s{i}", "system": "t3", "candidate": c, "reference": refs[0], "references": refs,
+             "combined": prob} for i, (c, (_, _, prob)) in enumerate(candidates.items())]
+    path = tmp_path / "judged.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    results = load_script("correlate").main([str(path), "--human", "combined", "--rewards", "rouge_1_recall",
+                                             "--multi-reference", "2", "--multi-reference-tokenize", "whitespace",
+                                             "--tokenize", "whitespace"])
+    assert "| rouge_2_mult_prob |" in capsys.readouterr().out
+    mult = {m: [v[i] for v in candidates.values()] for i, m in enumerate(("max", "all", "prob"))}
+    for method, values in mult.items():
+        assert results["combined"][f"rouge_2_mult_{method}"]["pearson"] == pytest.approx(
+            stats.pearsonr(values, [r["combined"] for r in rows])[0])
+    assert results["combined"]["rouge_2_mult_prob"]["pearson"] == pytest.approx(1.0)
+
+
+def test_correlate_names_the_row_whose_references_are_not_a_list(tmp_path):
+    path = tmp_path / "judged.jsonl"
+    path.write_text(json.dumps({"candidate": "a", "reference": "a", "references": "a", "combined": 1}) + "\n")
+    with pytest.raises(DataError, match=f"{path}:1: field 'references' must be a non-empty list of strings"):
+        load_script("correlate").main([str(path), "--human", "combined", "--rewards", "rouge_1_recall",
+                                       "--multi-reference", "1"])
+
+
 # ---------------------------------------------------------------- the MSR compression reader
 def test_rating_codes_table():
     # the release's table: code -> (meaning, grammar); all nine pairs of {1, 2, 3}², each once
