@@ -127,12 +127,19 @@ def tokenize_batch(tokenizer, texts: list[str], max_tokens: int) -> tuple[Tensor
 # ---------------------------------------------------------------- training: negatives and loss
 @dataclass
 class Negatives:
-    """The three negatives of a reference (§3.4): `delete_rate` of its words deleted; its words shuffled within
-    each sentence; `insert_sentences` article sentences inserted at random places, chosen among the sentences
-    that are not the closest (most shared words) to one of the reference's."""
+    """The negatives of a reference: Wu et al.'s three (§3.4), `delete_rate` of its words deleted; its words
+    shuffled within each sentence; `insert_sentences` article sentences inserted at random places, chosen among the
+    sentences that are not the closest (most shared words) to one of the reference's. With `repeat_sentences` > 0 a
+    fourth, ours: that many of its own sentences repeated at the end, the length and repetition a policy learns
+    when the three never show it a repeated summary."""
 
     delete_rate: float = 0.2
     insert_sentences: int = 1
+    repeat_sentences: int = 0
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return ("deleted", "shuffled", "inserted") + (("repeated",) if self.repeat_sentences > 0 else ())
 
     def __call__(self, reference: list[list[str]], article: list[list[str]], rng: random.Random) -> dict[str, str]:
         words = [w for s in reference for w in s]
@@ -144,12 +151,17 @@ class Negatives:
         inserted = [list(s) for s in reference]
         for sentence in rng.sample(candidates, min(self.insert_sentences, len(candidates))):
             inserted.insert(rng.randint(0, len(inserted)), sentence)
-        return {"deleted": " ".join(kept), "shuffled": " ".join(w for s in shuffled for w in s),
-                "inserted": " ".join(w for s in inserted for w in s)}
+        built = {"deleted": " ".join(kept), "shuffled": " ".join(w for s in shuffled for w in s),
+                 "inserted": " ".join(w for s in inserted for w in s)}
+        if self.repeat_sentences > 0:
+            repeated = reference + [rng.choice(reference) for _ in range(self.repeat_sentences)]
+            built["repeated"] = " ".join(w for s in repeated for w in s)
+        return built
 
 
-HINGES = {"single": {"LS": ("deleted", "shuffled", "inserted")},
-          "two": {"L": ("deleted", "shuffled"), "S": ("deleted", "inserted")}}
+# The kinds each hinge ranks the reference over; a kind the negatives do not build is skipped.
+HINGES = {"single": {"LS": ("deleted", "shuffled", "inserted", "repeated")},
+          "two": {"L": ("deleted", "shuffled", "repeated"), "S": ("deleted", "inserted")}}
 
 
 def ranking_loss(positive: dict[str, Tensor], negatives: dict[str, dict[str, Tensor]], form: str = "single",
@@ -161,7 +173,8 @@ def ranking_loss(positive: dict[str, Tensor], negatives: dict[str, dict[str, Ten
     total = 0.0
     for key, kinds in HINGES[form].items():
         for kind in kinds:
-            total = total + (margin - (positive[key] - negatives[kind][key])).clamp(min=0)
+            if kind in negatives:
+                total = total + (margin - (positive[key] - negatives[kind][key])).clamp(min=0)
     return total.mean()
 
 

@@ -1,6 +1,7 @@
 r"""Train LS-Score (Wu et al. 2020, `rewards/ls_score.py`) offline, without human labels: each reference summary
 should outscore its three negatives (20% of words deleted, words shuffled within sentences, an article sentence
-inserted), built on the fly, under a margin ranking loss.
+inserted), built on the fly, under a margin ranking loss; `--repeat-sentences N` adds a fourth, the reference with N
+of its sentences repeated.
 
 Articles come from the shared CNN/DM sample through `conf/data/cnndm_sample.yaml`: train split only, and every id of
 `cnndm_see2017_test_heldout_overlap.tsv` (the human-judged documents, Chaganty et al.'s among them) is dropped again
@@ -34,7 +35,6 @@ from rewards.ls_score import LSConfig, LSScorer, Negatives, load_encoder, rankin
 from scripts.cli import load_splits, positive_int, seeded  # noqa: E402
 from trainer.sources import read_id_list  # noqa: E402
 
-KINDS = ("deleted", "shuffled", "inserted")
 HELD_OUT = "cnndm_see2017_test_heldout_overlap.tsv"
 
 
@@ -54,6 +54,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--margin", type=float, default=1.0)
     parser.add_argument("--delete-rate", type=float, default=0.2)
     parser.add_argument("--insert-sentences", type=positive_int, default=1)
+    parser.add_argument("--repeat-sentences", type=int, default=0,
+                        help="a fourth negative: the reference with this many of its sentences repeated (0: none)")
     parser.add_argument("--max-article-tokens", type=positive_int, default=128)
     parser.add_argument("--max-summary-tokens", type=positive_int, default=64)
     parser.add_argument("--train-layers", type=int, default=2, help="top encoder layers trained (the rest frozen)")
@@ -85,12 +87,12 @@ def frozen_below(scorer: LSScorer, train_layers: int) -> list[torch.nn.Parameter
 
 def step_scores(scorer: LSScorer, tokenizer, examples: list[Example], negatives: Negatives, rng: random.Random
                 ) -> tuple[dict[str, torch.Tensor], dict[str, dict[str, torch.Tensor]]]:
-    """L, S, LS of each article's reference and of its three negatives: ([B], {kind: [B]})."""
+    """L, S, LS of each article's reference and of each of its negatives: ([B], {kind: [B]})."""
     config = scorer.config
     articles = [" ".join(ex.source) for ex in examples]
     summaries = {"reference": [" ".join(w for s in ex.reference for w in s) for ex in examples]}
     built = [negatives(ex.reference, split_at_sentence_ends(ex.source), rng) for ex in examples]
-    summaries |= {kind: [b[kind] for b in built] for kind in KINDS}
+    summaries |= {kind: [b[kind] for b in built] for kind in negatives.kinds}
     ids, mask, _ = tokenize_batch(tokenizer, articles, config.max_article_tokens)
     article = scorer.encode(ids, mask)[1]  # [B, K]
     texts = [t for kind in summaries for t in summaries[kind]]  # reference block, then one block per kind
@@ -107,18 +109,18 @@ def validate(scorer: LSScorer, tokenizer, examples: list[Example], negatives: Ne
     """Loss and pairwise accuracy (LS of the reference above LS of the negative) per negative kind, on negatives
     fixed by `seed`."""
     scorer.eval()
-    rng, losses, right = random.Random(seed), [], {kind: 0 for kind in KINDS}
+    rng, losses, right = random.Random(seed), [], {kind: 0 for kind in negatives.kinds}
     for i in range(0, len(examples), batch_size):
         positive, negative = step_scores(scorer, tokenizer, examples[i:i + batch_size], negatives, rng)
         losses.append(float(ranking_loss(positive, negative, form, margin)) * len(positive["LS"]))
-        for kind in KINDS:
+        for kind in negatives.kinds:
             right[kind] += int((positive["LS"] > negative[kind]["LS"]).sum())
     scorer.train()
-    accuracy = {kind: right[kind] / len(examples) for kind in KINDS}
-    return {"loss": sum(losses) / len(examples), "accuracy": sum(accuracy.values()) / len(KINDS)} | accuracy
+    accuracy = {kind: right[kind] / len(examples) for kind in negatives.kinds}
+    return {"loss": sum(losses) / len(examples), "accuracy": sum(accuracy.values()) / len(accuracy)} | accuracy
 
 
-def plot(history: list[dict], train_curve: list[tuple[int, float]], path: Path) -> None:
+def plot(history: list[dict], train_curve: list[tuple[int, float]], kinds: tuple[str, ...], path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -127,7 +129,7 @@ def plot(history: list[dict], train_curve: list[tuple[int, float]], path: Path) 
     left.plot([h["step"] for h in history], [h["loss"] for h in history], "o-", label="validation")
     left.set(xlabel="step", ylabel="ranking loss", title="loss")
     left.legend()
-    for kind in ("accuracy",) + KINDS:
+    for kind in ("accuracy",) + kinds:
         right.plot([h["step"] for h in history], [h[kind] for h in history], "o-" if kind == "accuracy" else "--",
                    label=kind)
     right.set(xlabel="step", ylabel="P(LS(reference) > LS(negative))", title="validation pairwise accuracy")
@@ -154,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer, encoder = load_encoder(config.encoder)
     scorer = LSScorer(encoder, config)
     trainable = frozen_below(scorer, args.train_layers)
-    negatives = Negatives(args.delete_rate, args.insert_sentences)
+    negatives = Negatives(args.delete_rate, args.insert_sentences, args.repeat_sentences)
     steps = args.epochs * math.ceil(len(train) / args.batch_size)
     optimizer = torch.optim.AdamW(trainable, lr=args.lr, weight_decay=0.01)
     output = Path(args.output).expanduser()
@@ -198,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
             scorer.save(output, {"step": step})
     train_seconds = time.time() - start
     wall = time.time() - began
-    plot(history, train_curve, output / "curve.png")
+    plot(history, train_curve, negatives.kinds, output / "curve.png")
     settings = vars(args) | {"threads_used": torch.get_num_threads()}
     card = {"best": best, "history": history, "steps": step, "articles_seen": min(step * args.batch_size, len(train)),
             "train_articles": len(train), "val_articles": len(val), "held_out_ids": len(held_out),
@@ -208,8 +210,9 @@ def main(argv: list[str] | None = None) -> int:
 
 Trained by `scripts/train_ls_score.py`: an encoder with an L head (mean token log-probability) and an S cosine
 (article vs summary, {args.pooling} pooling), LS = {args.alpha}·L + {args.beta}·S, under a margin ranking loss
-("{args.loss}", margin {args.margin}) of each reference over three negatives built on the fly ({args.delete_rate:.0%}
-of words deleted; words shuffled within sentences; {args.insert_sentences} article sentence(s) inserted).
+("{args.loss}", margin {args.margin}) of each reference over its negatives built on the fly ({args.delete_rate:.0%}
+of words deleted; words shuffled within sentences; {args.insert_sentences} article sentence(s) inserted; \
+{args.repeat_sentences} of its own sentence(s) repeated).
 
 - Data: `{' '.join(args.data)}`, train split, {len(held_out):,} held-out ids ({HELD_OUT}) excluded:
   {card['articles_seen']:,} of {len(train):,} articles seen; validation: {len(val)} articles of the val split.
@@ -219,7 +222,7 @@ of words deleted; words shuffled within sentences; {args.insert_sentences} artic
 - Wall time: {train_seconds / 60:.1f} minutes of training, {wall / 60:.1f} in all, on {torch.get_num_threads()}
   thread(s).
 - Checkpoint (ls_score.pt): step {best['step']}, validation pairwise accuracy {best['accuracy']:.4f}
-  (deleted {best['deleted']:.4f}, shuffled {best['shuffled']:.4f}, inserted {best['inserted']:.4f});
+  ({', '.join(f"{kind} {best[kind]:.4f}" for kind in negatives.kinds)});
   untrained: {history[0]['accuracy']:.4f}.
 - Settings: {json.dumps(settings)}
 """)

@@ -4,6 +4,7 @@ MiniLM (the encoder is injected)."""
 from __future__ import annotations
 
 import importlib
+import json
 import random
 
 import pytest
@@ -71,6 +72,10 @@ def test_ranking_loss_hand_computed():
     assert float(ranking_loss(positive, negatives, "two")) == pytest.approx(0.5 + 0.9 + 1.05)
     with pytest.raises(ValueError, match="loss form"):
         ranking_loss(positive, negatives, "triple")
+    # the fourth negative: in the single hinge on LS (1 − (1 − 0.3)) and the L hinge of the two (1 − (−1 + 1.5))
+    negatives["repeated"] = scores(L=-1.5, S=0.9, LS=0.3)
+    assert float(ranking_loss(positive, negatives, "single")) == pytest.approx(2.2 + 0.3)
+    assert float(ranking_loss(positive, negatives, "two")) == pytest.approx(0.5 + 0.9 + 1.05 + 0.5)
 
 
 def test_negatives():
@@ -85,6 +90,14 @@ def test_negatives():
     # the two article sentences closest to the reference's are never inserted: only "dogs bark ." is left
     inserted = built["inserted"]
     assert "dogs bark ." in inserted and len(inserted.split()) == 8 + 3
+    assert "repeated" not in built and Negatives().kinds == ("deleted", "shuffled", "inserted")
+    # the fourth negative: the reference, then two of its own sentences again; the other three drawn as without it
+    four = Negatives(delete_rate=0.5, repeat_sentences=2)
+    with_four, without = four(reference, article, random.Random(1)), Negatives(0.5)(reference, article, random.Random(1))
+    assert four.kinds[-1] == "repeated" and {k: with_four[k] for k in without} == without
+    words = with_four["repeated"].split()
+    assert words[:8] == reference[0] + reference[1] and len(words) == 16
+    assert words[8:12] in reference and words[12:] in reference
 
 
 def reward_input(summaries: list[str], articles: list[str]) -> RewardInput:
@@ -116,3 +129,19 @@ def test_training_articles_never_include_held_out_ids():
     examples = [Example(id=i, source=["a", "."], reference=[["a"]]) for i in ("x", "y", "z")]
     examples.append(Example(id="w", source=["a"], reference=None))  # unlabelled: no positive to rank
     assert [e.id for e in module.usable(examples, {"y"})] == ["x", "z"]
+
+
+def test_training_script_end_to_end_with_the_fourth_negative(tiny_qa_model, tmp_path):
+    module = importlib.import_module("scripts.train_ls_score")
+    held_out = tmp_path / "held_out.tsv"
+    held_out.write_text("id\n")
+    output = tmp_path / "ls"
+    assert module.main(["--data", "data=demo", "data.train.n=120", f"cache_dir={tmp_path}", "--encoder", tiny_qa_model,
+                        "--held-out", str(held_out), "--output", str(output), "--repeat-sentences", "1",
+                        "--articles", "16", "--batch-size", "4", "--eval-every", "2", "--val-articles", "4",
+                        "--train-layers", "1"]) == 0
+    card = json.loads((output / "training.json").read_text())
+    assert card["steps"] == 4 and set(card["best"]) >= {"deleted", "shuffled", "inserted", "repeated"}
+    assert "1 of its own sentence(s) repeated" in (output / "README.md").read_text()
+    assert (output / "curve.png").exists()
+    LSScore(str(output))  # the checkpoint loads as a reward
