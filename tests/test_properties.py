@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 from models.text.records import DataError
 from models.text.vocab import Vocabulary
 from rewards.base import RewardInput, reward_bounds
+from rewards.ls_score import LSConfig, LSScorer, load_encoder
 from rewards.mover import MoverSimilarity
 from rewards.scoring import hypothesis_tokens, tokenize
 from scripts.cli import compose_rewards
@@ -36,9 +37,13 @@ TEXTS = st.one_of(
 
 
 @pytest.fixture(scope="module")
-def rewards(tiny_qa_model):
+def rewards(tiny_qa_model, tmp_path_factory):
+    # ls_score reads a trained evaluator from the user's cache: an untrained one on the tiny encoder stands in
+    ls_score = tmp_path_factory.mktemp("ls_score")
+    LSScorer(load_encoder(tiny_qa_model)[1], LSConfig(encoder=tiny_qa_model)).save(ls_score)
     with pytest.MonkeyPatch.context() as env:  # the QA rewards' model (conf/qa/default.yaml)
         env.setenv("SUMRL_QA_MODEL", tiny_qa_model)
+        env.setenv("SUMRL_LS_SCORE", str(ls_score))
         return compose_rewards(REWARDS)
 
 
