@@ -1,7 +1,7 @@
 r"""Train LS-Score (Wu et al. 2020, `rewards/ls_score.py`) offline, without human labels: each reference summary
 should outscore its three negatives (20% of words deleted, words shuffled within sentences, an article sentence
-inserted), built on the fly, under a margin ranking loss; `--repeat-sentences N` adds a fourth, the reference with N
-of its sentences repeated.
+inserted), built on the fly, under a margin ranking loss, and a fourth of ours, the reference with one of its
+sentences repeated (`--repeat-sentences`; 0 trains on the paper's three: docs/GUIDE.md has both measured).
 
 Articles come from the shared CNN/DM sample through `conf/data/cnndm_sample.yaml`: train split only, and every id of
 `cnndm_see2017_test_heldout_overlap.tsv` (the human-judged documents, Chaganty et al.'s among them) is dropped again
@@ -12,7 +12,7 @@ The paper's recipe (bert-base, 512 tokens, 5 epochs over ~10k articles) costs ~1
 here are a CPU recipe that fits ~20 minutes on one thread: MiniLM, 128 article and 64 summary tokens, the
 embeddings and lower 4 of 6 layers frozen, as many articles as the time allows.
 
-    python scripts/train_ls_score.py --threads 1 --minutes 21      # ~23 minutes
+    python scripts/train_ls_score.py --threads 1 --articles 2536 --minutes 40   # ~30 minutes
     python -m trainer.train reward=ls_score ...                     # loads it from ~/.cache/sumrl/ls_score
 """
 from __future__ import annotations
@@ -54,8 +54,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--margin", type=float, default=1.0)
     parser.add_argument("--delete-rate", type=float, default=0.2)
     parser.add_argument("--insert-sentences", type=positive_int, default=1)
-    parser.add_argument("--repeat-sentences", type=int, default=0,
-                        help="a fourth negative: the reference with this many of its sentences repeated (0: none)")
+    parser.add_argument("--repeat-sentences", type=int, default=1,
+                        help="a fourth negative: the reference with this many of its sentences repeated (0: the "
+                             "paper's three only)")
     parser.add_argument("--max-article-tokens", type=positive_int, default=128)
     parser.add_argument("--max-summary-tokens", type=positive_int, default=64)
     parser.add_argument("--train-layers", type=int, default=2, help="top encoder layers trained (the rest frozen)")
