@@ -125,6 +125,9 @@ def tokenize_batch(tokenizer, texts: list[str], max_tokens: int) -> tuple[Tensor
 
 
 # ---------------------------------------------------------------- training: negatives and loss
+PAPER_KINDS = ("deleted", "shuffled", "inserted")  # always built; "repeated" only when asked for
+
+
 @dataclass
 class Negatives:
     """The negatives of a reference: Wu et al.'s three (§3.4), `delete_rate` of its words deleted; its words
@@ -139,7 +142,7 @@ class Negatives:
 
     @property
     def kinds(self) -> tuple[str, ...]:
-        return ("deleted", "shuffled", "inserted") + (("repeated",) if self.repeat_sentences > 0 else ())
+        return PAPER_KINDS + (("repeated",) if self.repeat_sentences > 0 else ())
 
     def __call__(self, reference: list[list[str]], article: list[list[str]], rng: random.Random) -> dict[str, str]:
         words = [w for s in reference for w in s]
@@ -159,7 +162,7 @@ class Negatives:
         return built
 
 
-# The kinds each hinge ranks the reference over; a kind the negatives do not build is skipped.
+# The kinds each hinge ranks the reference over; "repeated" counts where the negatives have it.
 HINGES = {"single": {"LS": ("deleted", "shuffled", "inserted", "repeated")},
           "two": {"L": ("deleted", "shuffled", "repeated"), "S": ("deleted", "inserted")}}
 
@@ -170,6 +173,9 @@ def ranking_loss(positive: dict[str, Tensor], negatives: dict[str, dict[str, Ten
     over references. `positive[k]` [B]; `negatives[kind][k]` [B]; k in L, S, LS (L and S enter as α·L and β·S)."""
     if form not in HINGES:
         raise ValueError(f"loss form must be one of {sorted(HINGES)}, got {form!r}")
+    missing = [kind for kind in PAPER_KINDS if kind not in negatives]
+    if missing:
+        raise ValueError(f"ranking_loss needs the negatives {PAPER_KINDS}; missing {missing}")
     total = 0.0
     for key, kinds in HINGES[form].items():
         for kind in kinds:

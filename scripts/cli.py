@@ -118,12 +118,17 @@ def parse_exclusions(values: Sequence[str]) -> list[tuple[str, str]]:
     return pairs
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: an integer of at least 1."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer of at least `minimum`."""
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+    return parse
+
+
+positive_int = int_at_least(1)
 
 
 def add_config_dir_argument(parser: argparse.ArgumentParser) -> None:

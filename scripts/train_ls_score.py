@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models.text.batch import Example  # noqa: E402
 from models.text.vocab import split_at_sentence_ends  # noqa: E402
 from rewards.ls_score import LSConfig, LSScorer, Negatives, load_encoder, ranking_loss, tokenize_batch  # noqa: E402
-from scripts.cli import load_splits, positive_int, seeded  # noqa: E402
+from scripts.cli import int_at_least, load_splits, positive_int, seeded  # noqa: E402
 from trainer.sources import read_id_list  # noqa: E402
 
 HELD_OUT = "cnndm_see2017_test_heldout_overlap.tsv"
@@ -54,7 +54,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--margin", type=float, default=1.0)
     parser.add_argument("--delete-rate", type=float, default=0.2)
     parser.add_argument("--insert-sentences", type=positive_int, default=1)
-    parser.add_argument("--repeat-sentences", type=int, default=1,
+    parser.add_argument("--repeat-sentences", type=int_at_least(0), default=1,
                         help="a fourth negative: the reference with this many of its sentences repeated (0: the "
                              "paper's three only)")
     parser.add_argument("--max-article-tokens", type=positive_int, default=128)

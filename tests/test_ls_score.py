@@ -72,6 +72,8 @@ def test_ranking_loss_hand_computed():
     assert float(ranking_loss(positive, negatives, "two")) == pytest.approx(0.5 + 0.9 + 1.05)
     with pytest.raises(ValueError, match="loss form"):
         ranking_loss(positive, negatives, "triple")
+    with pytest.raises(ValueError, match=r"missing \['inserted'\]"):  # one of the paper's three left out
+        ranking_loss(positive, {k: v for k, v in negatives.items() if k != "inserted"}, "single")
     # the fourth negative: in the single hinge on LS (1 − (1 − 0.3)) and the L hinge of the two (1 − (−1 + 1.5))
     negatives["repeated"] = scores(L=-1.5, S=0.9, LS=0.3)
     assert float(ranking_loss(positive, negatives, "single")) == pytest.approx(2.2 + 0.3)
