@@ -280,9 +280,13 @@ class PointerGenerator(nn.Module):
         log_p = self.log(p_gen * p_vocab + (1 - p_gen) * p_copy)
         return TeacherForced(torch.zeros_like(target, dtype=torch.float).masked_scatter(real, log_p), cov_loss)
 
-    def mle_loss(self, batch: Batch, enc: EncoderOutput | None = None) -> dict[str, Tensor]:
-        """Token-averaged NLL of the reference (and coverage loss); pass `enc` to reuse an encoding."""
-        tf = self.teacher_forced(enc if enc is not None else self.encode(batch), batch.dec_in, batch.target)
+    def mle_loss(self, batch: Batch, enc: EncoderOutput | None = None,
+                 forced: TeacherForced | None = None) -> dict[str, Tensor]:
+        """Token-averaged NLL of the reference (and coverage loss); pass `enc` to reuse an encoding, or `forced`,
+        the reference's teacher-forced pass (its first T columns are read), made together with other rows."""
+        tf = forced or self.teacher_forced(enc if enc is not None else self.encode(batch), batch.dec_in, batch.target)
+        T = batch.target.size(1)
+        tf = TeacherForced(tf.log_probs[:, :T], tf.coverage_loss[:, :T])
         mask = batch.target_mask.float()
         n = mask.sum().clamp(min=1)
         nll = -(tf.log_probs * mask).sum() / n

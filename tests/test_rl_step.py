@@ -14,7 +14,7 @@ from models.text.vocab import Vocabulary
 from rewards.qa import MASK, ExtractiveQA
 from test_decoding import recorded_setting
 from test_rl import tiny_module
-from trainer.module import StepTimer
+from trainer.module import StepTimer, SummarizationModule
 
 
 def test_step_timer_sees_each_section_of_a_mixed_step():
@@ -22,7 +22,7 @@ def test_step_timer_sees_each_section_of_a_mixed_step():
     module.timer = timer = StepTimer(torch.device("cpu"))
     with timer("step"):
         module.training_step(batch, 0).backward()
-    assert set(timer.seconds) == {"step", "encode", "decode", "reward", "rescore", "mle"}
+    assert set(timer.seconds) == {"step", "encode", "decode", "reward", "forced"}  # τ = 1: one teacher-forced pass
     assert sum(v for k, v in timer.seconds.items() if k != "step") <= timer.seconds["step"]
 
 
@@ -73,13 +73,17 @@ def varied_batch(vocab: Vocabulary, n: int = 6) -> Batch:
     return collate(examples, vocab)
 
 
-def mixed_step_gradient(seed: int, samples: int, temperature: float) -> tuple[dict[str, torch.Tensor], int]:
+def mixed_step_gradient(seed: int, samples: int, temperature: float, coverage: bool = False
+                        ) -> tuple[dict[str, torch.Tensor], int]:
     """The parameters' gradient after one mixed step of the tiny module on `varied_batch` (the same weights every
     call, </s> made likelier), drawing with `seed`, and how many times rows of the encoded articles were selected."""
     module, _ = tiny_module(gamma=0.7)
     module.samples, module.temperature, module.rl_max_len = samples, temperature, 30
+    module.model.config.coverage = coverage
+    module.model.w_c.requires_grad_(coverage)
     with torch.no_grad():  # rows end at different steps
         module.model.out_vocab.bias[module.vocab.eos_id] += 1.5
+        module.model.w_c.fill_(0.3 if coverage else 0.0)  # coverage that changes the attention
     batch = varied_batch(module.vocab)
     selects = []  # rows of each EncoderOutput.index_select call
     select = EncoderOutput.index_select
@@ -105,3 +109,24 @@ def test_rows_leaving_the_decode_leave_the_mixed_steps_gradient_as_it_was(sample
         for name, grad in whole.items():
             torch.testing.assert_close(shrunk[name], grad, atol=1e-5, rtol=1e-5, msg=f"seed {seed}: {name}")
     assert shrank  # some decode did shrink
+
+
+def two_teacher_forced_passes(self, batch, enc, sampled, sample_rows):
+    """The path before: the references' own teacher-forced pass, then the samples'."""
+    mle = self.model.mle_loss(batch, enc=enc)
+    sample_enc = enc.index_select(torch.tensor(sample_rows))
+    return mle, self.model.teacher_forced(sample_enc, self._feed(sampled.ids), sampled.ids).log_probs
+
+
+@pytest.mark.parametrize("samples, coverage", [(1, False), (3, False), (2, True)])
+def test_one_teacher_forced_pass_over_references_and_samples_leaves_the_gradient_as_two(samples, coverage):
+    """At τ = 1 the mixed step runs the references and the samples through one teacher-forced pass (rows padded to
+    the longer of the two); its gradient equals that of the two passes, in fp32 to 1e-5."""
+    for seed in range(3):
+        together, _ = mixed_step_gradient(seed, samples, 1.0, coverage)
+        with patch.object(SummarizationModule, "_teacher_forced", two_teacher_forced_passes):
+            apart, _ = mixed_step_gradient(seed, samples, 1.0, coverage)
+        assert together.keys() == apart.keys() and ("w_c" in apart) == coverage
+        for name, grad in apart.items():
+            assert grad.abs().sum() > 0, name
+            torch.testing.assert_close(together[name], grad, atol=1e-5, rtol=1e-5, msg=f"seed {seed}: {name}")

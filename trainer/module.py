@@ -12,9 +12,11 @@ from typing import Any, Callable, Iterator
 
 import pytorch_lightning as pl
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from models.decoding import Decoded, beam_search, check_beam_settings, greedy, rollout_rows, sample_and_greedy
+from models.pointer_generator import TeacherForced
 from models.text.batch import Batch
 from models.text.vocab import SENTENCE_END, Vocabulary, split_at_sentence_ends
 from rewards.base import Reward, RewardInput, not_applicable, test_metric_of, zero_where_not_applicable
@@ -230,14 +232,8 @@ class SummarizationModule(pl.LightningModule):
         B, k = len(batch), self.samples
         start = time.perf_counter()
         out = self._rollouts(batch, enc)
-        # log q(ŷ) with gradient, q the sampled (tempered) distribution: a teacher-forced pass over the samples.
-        with self.timer("mle"):
-            mle = self.model.mle_loss(batch, enc=enc)
         sampled = out.decoded.rows(slice(0, B * k))
-        sample_enc = enc if k == 1 else enc.index_select(torch.tensor(out.rows[: B * k], device=batch.device))
-        with self.timer("rescore"):
-            sample_log_probs = self.model.teacher_forced(sample_enc, self._feed(sampled.ids), sampled.ids,
-                                                         self.temperature).log_probs
+        mle, sample_log_probs = self._teacher_forced(batch, enc, sampled, out.rows[: B * k])
         rl = self_critical_loss(sample_log_probs, sampled.lengths, out.sample_rewards.flatten(),
                                 out.baseline.flatten(), self.length_normalize).view(B, k).mean(1)
         loss = gamma * rl.mean() + (1 - gamma) * mle["loss"] if batch.has_reference.any() else rl.mean()
@@ -267,6 +263,33 @@ class SummarizationModule(pl.LightningModule):
             "reward_time_share": out.reward_seconds / max(time.perf_counter() - start, 1e-9), **reward_parts,
         }, B)
         return loss
+
+    def _teacher_forced(self, batch: Batch, enc: Any, sampled: Decoded, sample_rows: list[int]
+                        ) -> tuple[dict[str, Tensor], Tensor]:
+        """The MLE loss of the references and log q(ŷ) of the samples [B·k, T] with gradient, q the sampled
+        (tempered) distribution. At τ = 1 one teacher-forced pass runs over the references and the samples together:
+        its decoder loop launches once for both (on a GPU the loop is launch-bound). At τ ≠ 1 the samples' pass
+        normalises q over the whole vocabulary, which the references' does not, so each has its own."""
+        B, device = len(batch), batch.device
+        if self.temperature != 1.0:
+            with self.timer("mle"):
+                mle = self.model.mle_loss(batch, enc=enc)
+            with self.timer("rescore"):
+                sample_enc = enc.index_select(torch.tensor(sample_rows, device=device))
+                log_q = self.model.teacher_forced(sample_enc, self._feed(sampled.ids), sampled.ids,
+                                                  self.temperature).log_probs
+            return mle, log_q
+        with self.timer("forced"):
+            width = max(batch.target.size(1), sampled.ids.size(1))
+
+            def padded(ids: Tensor) -> Tensor:
+                return F.pad(ids, (0, width - ids.size(1)), value=self.vocab.pad_id)
+            rows = torch.cat([torch.arange(B, device=device), torch.tensor(sample_rows, device=device)])
+            forced = self.model.teacher_forced(
+                enc.index_select(rows), torch.cat([padded(batch.dec_in), padded(self._feed(sampled.ids))]),
+                torch.cat([padded(batch.target), padded(sampled.ids)]))
+            mle = self.model.mle_loss(batch, forced=TeacherForced(forced.log_probs[:B], forced.coverage_loss[:B]))
+        return mle, forced.log_probs[B:, : sampled.ids.size(1)]
 
     def _reward(self, inputs: RewardInput) -> tuple[Tensor, dict[str, Tensor]]:
         """The training reward of each decoded row (with the repeat penalty where the config wraps it in one:
