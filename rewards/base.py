@@ -120,8 +120,8 @@ class Reward(Protocol):
     `train/reward/<key>`), and a sum of rewards keeps each term's values of its last call in `term_values`
     (logged too). A reward that shapes another (`rewards.repeats.RepeatPenalty`) keeps it as `wrapped`.
     Optional metadata: `display` (`Display`; default: its name, ×1), `test_metric` (the key of the test metric a
-    run trained with it is judged on; default: its name, the reward itself scored on text) and
-    `bounds` (default [0, 1]).
+    run trained with it is judged on; default: its name, the reward itself scored on text),
+    `bounds` (default [0, 1]) and `sees_repeats` (default False: `rl.penalize_repeats=blind` penalises its repeats).
     """
 
     name: str

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rewards.base import Reward, RewardInput, display, reward_bounds, test_metric_of
+from rewards.base import Reward, RewardInput, WeightedSum, display, reward_bounds, test_metric_of
 
 
 def ngram_keys(ids: Tensor, lengths: Tensor, n: int, base: int) -> tuple[Tensor, Tensor]:
@@ -53,6 +53,23 @@ class RepeatPenalty:
         return self.wrapped(inputs) * (1 - repeats / total.clamp(min=1))
 
 
-def penalize_repeats(reward: Reward | None, enabled: bool = True) -> Reward | None:
-    """The training reward of `rl.penalize_repeats`: `reward` wrapped in `RepeatPenalty`, or as it is."""
-    return RepeatPenalty(reward) if enabled and reward is not None else reward
+PENALIZE_REPEATS = (True, False, "blind")
+
+
+def sees_repeats(reward: Reward) -> bool:
+    """Whether a reward already costs a summary its repeats (`sees_repeats`, default False): ROUGE-L's precision
+    counts a repeated phrase as unmatched, the mover's bags of words do not. A sum sees them if all its terms do."""
+    if isinstance(reward, WeightedSum):
+        return all(sees_repeats(term) for term in reward.terms.values())
+    return getattr(reward, "sees_repeats", False)
+
+
+def penalize_repeats(reward: Reward | None, enabled: bool | str = "blind") -> Reward | None:
+    """The training reward of `rl.penalize_repeats`: `reward` wrapped in `RepeatPenalty` (true), as it is (false),
+    or wrapped only if blind to repeats ("blind"): multiplying ROUGE-L by the penalty as well made the demo's RL
+    cut its repetitive starts' decodes to half the references' length first (docs/RESULTS.md)."""
+    if enabled not in PENALIZE_REPEATS:
+        raise ValueError(f"rl.penalize_repeats must be true, false or blind, got {enabled!r}")
+    if reward is None or not enabled or (enabled == "blind" and sees_repeats(reward)):
+        return reward
+    return RepeatPenalty(reward)

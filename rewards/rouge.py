@@ -42,6 +42,7 @@ class RougeL:
     display = Display("ROUGE-L", 100)
     test_metric = "rougeL"  # what the test measures for it: rouge-score's ROUGE-L F on text, with stemming
     needs_reference = True
+    sees_repeats = True  # a repeated phrase lowers the LCS precision (`rl.penalize_repeats=blind` leaves it alone)
 
     def __init__(self, beta: float = 1.0):
         self.beta = float(beta)

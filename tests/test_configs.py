@@ -84,8 +84,14 @@ def test_the_repeat_penalty_and_the_decoding_rules_are_configured():
     from rewards.repeats import RepeatPenalty
     from rewards.rouge import RougeL
 
-    module = summarizer(["experiment=demo_grid", "reward=rouge_l", "module.beam.processors.min_length.min_len=3"])
+    module = summarizer(["experiment=demo_grid", "reward=rouge_l", "module.beam.processors.min_length.min_len=3",
+                         "rl.penalize_repeats=true"])
     assert isinstance(module.reward, RepeatPenalty) and isinstance(module.reward.wrapped, RougeL)
+    assert isinstance(summarizer(["reward=rouge_l"]).reward, RougeL)  # blind (default): ROUGE-L sees repeats
+    assert isinstance(summarizer(["reward=wms"]).reward, RepeatPenalty)
+    assert isinstance(summarizer(["reward=rouge_l_sms"]).reward, RepeatPenalty)  # SMS, one of its terms, is blind
+    with pytest.raises(Exception, match="rl.penalize_repeats must be true, false or blind"):
+        summarizer(["reward=rouge_l", "rl.penalize_repeats=sometimes"])
     assert [type(p) for p in module.beam["processors"]] == [MinLength, BlockRepeatedTrigrams]
     assert module.beam["processors"][0].min_len == 3
     plain = summarizer(["reward=rouge_l", "rl.penalize_repeats=false", "module.beam.processors.min_length=null"])
