@@ -100,20 +100,31 @@ def _processors(model: PointerGenerator, extra: Sequence[StepProcessor]) -> list
 # Ended rows leave the decoded batch once they are this share of it: each shrink copies the encoder outputs, so not
 # at every </s>.
 SHRINK_AT = 0.25
+# Steps between two looks at which rows have ended, where the decode step is launch-bound (`launch_bound`).
+CHECK_EVERY_LAUNCH_BOUND = 8
+
+
+def launch_bound(device: torch.device) -> bool:
+    """Whether a decode step's time goes to launching its kernels (a GPU) rather than to its arithmetic (a CPU). There,
+    a smaller batch saves nothing, and each look at which rows have ended waits for the device to drain its queue."""
+    return device.type != "cpu"
 
 
 def _decode(model: PointerGenerator, enc: EncoderOutput, max_len: int, choose: Chooser,
             processors: Sequence[StepProcessor]) -> Decoded:
-    """Run the decoder, picking each next token with `choose`. Rows that have ended leave the batch that the decoder
-    runs on once they are `SHRINK_AT` of it."""
+    """Run the decoder, picking each next token with `choose`. On a CPU, rows that have ended leave the batch that the
+    decoder runs on once they are `SHRINK_AT` of it, and the loop stops at the step where the last row ends. Where the
+    step is launch-bound the batch stays whole and the loop looks every `CHECK_EVERY_LAUNCH_BOUND` steps; the tokens
+    are the same."""
     cfg = model.config
     B, device = enc.src_ext.size(0), enc.src_ext.device
+    shrink, check_every = (False, CHECK_EVERY_LAUNCH_BOUND) if launch_bound(device) else (True, 1)
     state = model.initial_state(enc)
     live = torch.arange(B, device=device)  # the batch rows that `enc`, `state`, `ids` and `done` hold, in order
     ids = torch.full((B,), cfg.bos_id, dtype=torch.long, device=device)
     done = torch.zeros(B, dtype=torch.bool, device=device)
     history = torch.zeros(B, 0, dtype=torch.long, device=device)
-    for _ in range(max_len):
+    for t in range(max_len):
         probs, state, _ = model.step_probs(enc, state, ids)
         for process in processors:
             process(probs, history[live], 0.0)
@@ -121,14 +132,16 @@ def _decode(model: PointerGenerator, enc: EncoderOutput, max_len: int, choose: C
         step_ids = ids.new_full((B,), cfg.pad_id).index_put_((live,), ids.masked_fill(done, cfg.pad_id))
         history = torch.cat([history, step_ids.unsqueeze(1)], 1)
         done = done | (ids == cfg.eos_id)
+        if (t + 1) % check_every:
+            continue
         n_done = int(done.sum())
         if n_done == len(live):
             break
-        if n_done >= SHRINK_AT * len(live):
+        if shrink and n_done >= SHRINK_AT * len(live):
             keep = (~done).nonzero().squeeze(1)
             enc, state, ids, live, done = (enc.index_select(keep), state.index_select(keep), ids[keep], live[keep],
                                            done[keep])
-    return Decoded(history, (history != cfg.pad_id).sum(1))
+    return Decoded(history, (history != cfg.pad_id).sum(1)).rows(slice(None))  # without steps after every row's end
 
 
 def sample_categorical(probs: Tensor, generator: torch.Generator | None = None,
@@ -187,7 +200,8 @@ def sample_and_greedy(model: PointerGenerator, enc: EncoderOutput, max_len: int 
     rows = torch.tensor(rollout_rows(B, samples, with_greedy), device=enc.src_ext.device)
 
     def choose(probs: Tensor, live: Tensor, n_rows: int) -> Tensor:
-        drawn = int((live < n_drawn).sum())  # the rows still decoding are in order: draws first, then greedy rows
+        # the rows still decoding are in order, draws first, then greedy rows; counted only once some have left
+        drawn = n_drawn if len(live) == n_rows else int((live < n_drawn).sum())
         return torch.cat([sampler(probs[:drawn], live[:drawn], n_drawn), _argmax(probs[drawn:], live[drawn:], n_rows)])
     with torch.no_grad():
         return _decode(model, enc.index_select(rows), max_len, choose, _processors(model, processors))

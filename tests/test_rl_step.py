@@ -16,6 +16,8 @@ from test_decoding import recorded_setting
 from test_rl import tiny_module
 from trainer.module import StepTimer, SummarizationModule
 
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))]
+
 
 def test_step_timer_sees_each_section_of_a_mixed_step():
     module, batch = tiny_module()
@@ -73,7 +75,7 @@ def varied_batch(vocab: Vocabulary, n: int = 6) -> Batch:
     return collate(examples, vocab)
 
 
-def mixed_step_gradient(seed: int, samples: int, temperature: float, coverage: bool = False
+def mixed_step_gradient(seed: int, samples: int, temperature: float, coverage: bool = False, device: str = "cpu"
                         ) -> tuple[dict[str, torch.Tensor], int]:
     """The parameters' gradient after one mixed step of the tiny module on `varied_batch` (the same weights every
     call, </s> made likelier), drawing with `seed`, and how many times rows of the encoded articles were selected."""
@@ -84,7 +86,8 @@ def mixed_step_gradient(seed: int, samples: int, temperature: float, coverage: b
     with torch.no_grad():  # rows end at different steps
         module.model.out_vocab.bias[module.vocab.eos_id] += 1.5
         module.model.w_c.fill_(0.3 if coverage else 0.0)  # coverage that changes the attention
-    batch = varied_batch(module.vocab)
+    module.to(device)
+    batch = varied_batch(module.vocab).to(device)
     selects = []  # rows of each EncoderOutput.index_select call
     select = EncoderOutput.index_select
     with patch.object(EncoderOutput, "index_select", lambda self, index: selects.append(len(index)) or
@@ -114,19 +117,46 @@ def test_rows_leaving_the_decode_leave_the_mixed_steps_gradient_as_it_was(sample
 def two_teacher_forced_passes(self, batch, enc, sampled, sample_rows):
     """The path before: the references' own teacher-forced pass, then the samples'."""
     mle = self.model.mle_loss(batch, enc=enc)
-    sample_enc = enc.index_select(torch.tensor(sample_rows))
+    sample_enc = enc.index_select(torch.tensor(sample_rows, device=batch.device))
     return mle, self.model.teacher_forced(sample_enc, self._feed(sampled.ids), sampled.ids).log_probs
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("samples, coverage", [(1, False), (3, False), (2, True)])
-def test_one_teacher_forced_pass_over_references_and_samples_leaves_the_gradient_as_two(samples, coverage):
+def test_one_teacher_forced_pass_over_references_and_samples_leaves_the_gradient_as_two(samples, coverage, device):
     """At τ = 1 the mixed step runs the references and the samples through one teacher-forced pass (rows padded to
     the longer of the two); its gradient equals that of the two passes, in fp32 to 1e-5."""
     for seed in range(3):
-        together, _ = mixed_step_gradient(seed, samples, 1.0, coverage)
+        together, _ = mixed_step_gradient(seed, samples, 1.0, coverage, device)
         with patch.object(SummarizationModule, "_teacher_forced", two_teacher_forced_passes):
-            apart, _ = mixed_step_gradient(seed, samples, 1.0, coverage)
+            apart, _ = mixed_step_gradient(seed, samples, 1.0, coverage, device)
         assert together.keys() == apart.keys() and ("w_c" in apart) == coverage
         for name, grad in apart.items():
             assert grad.abs().sum() > 0, name
             torch.testing.assert_close(together[name], grad, atol=1e-5, rtol=1e-5, msg=f"seed {seed}: {name}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("samples, temperature", [(1, 1.0), (3, 0.7)])
+def test_a_launch_bound_decode_keeps_its_batch_whole_and_writes_the_same_tokens(samples, temperature, device):
+    """Where the step is launch-bound (a GPU) the decode neither shrinks its batch nor looks at every step which rows
+    have ended: the samples and greedy rows are the CPU path's, token for token, with no columns after every end."""
+    model, batch = recorded_setting(coverage=False)
+    model, batch = model.to(device), batch.to(device)
+    with torch.no_grad():
+        model.out_vocab.bias[model.config.eos_id] += 1.0  # rows end at different steps, some before the limit
+        enc = model.encode(batch)
+
+    def decode(bound: bool):
+        selects = []
+        select = type(enc).index_select
+        with patch.object(decoding, "launch_bound", lambda device: bound), patch.object(
+                type(enc), "index_select", lambda self, index: selects.append(len(index)) or select(self, index)):
+            out = decoding.sample_and_greedy(model, enc, 30, torch.Generator(device).manual_seed(0), samples,
+                                             temperature=temperature)
+        return out, len(selects)
+
+    (cpu, cpu_selects), (gpu, gpu_selects) = decode(False), decode(True)
+    assert gpu_selects == 1 < cpu_selects  # only the rows' layout: the whole batch decodes to the end
+    assert len(set(cpu.lengths.tolist())) > 1 and int(cpu.lengths.max()) < 30
+    assert gpu.ids.shape == cpu.ids.shape and torch.equal(gpu.ids, cpu.ids) and torch.equal(gpu.lengths, cpu.lengths)
