@@ -1,13 +1,14 @@
 """Self-critical mixed step vs MLE step at See et al. sizes, per reward, measured in one run, with where the time goes.
 
-    python scripts/bench_rl.py [--device cpu|cuda] [--steps 3] [--rewards rouge_l wms sms s_wms]
+    python scripts/bench_rl.py [--device cpu|cuda] [--bf16] [--steps 3] [--rewards rouge_l wms sms s_wms]
                                [--set wms.embeddings.path=vectors.txt ...] [--eos-bias 7.6] [--qa-model DIR]
-                               [--memory-steps 1000]
+                               [--memory-steps 1000] [--batch-size 16]
 
-An untrained model (samples run to the 100-token limit, the worst case), batch 16, sources of 400
+An untrained model (samples run to the 100-token limit, the worst case), batch 16 (`--batch-size`), sources of 400
 tokens, targets of 100, hidden 256, embeddings 128, vocabulary 50k. One markdown row per step: its mean time
 (forward, decodes, rewards, backward, Adam), the ratio to the MLE step, the seconds and share of each section
-(encode; sample + greedy decode; reward; teacher-forced rescoring of the samples; MLE pass; backward; optimizer;
+(encode; sample + greedy decode; reward; the teacher-forced pass over the references and the samples, or at τ ≠ 1 (and in
+libraries before it) the samples' rescoring and the MLE pass apart; backward; optimizer;
 other: the logged diagnostics), each timed with the device synchronized (`trainer.module.StepTimer`), and the
 hours one epoch over CNN/DM's 287,113 training pairs would take at that step time and batch.
 
@@ -42,12 +43,14 @@ from trainer.module import StepTimer, SummarizationModule
 from trainer.schedules import Constant
 
 
-SECTIONS = ("encode", "decode", "reward", "rescore", "mle", "backward", "optimizer")
-HEADINGS = {"decode": "sample + greedy", "rescore": "rescoring", "mle": "MLE pass"}
+SECTIONS = ("encode", "decode", "reward", "forced", "rescore", "mle", "backward", "optimizer")
+HEADINGS = {"decode": "sample + greedy", "forced": "MLE + rescoring (one pass)", "rescore": "rescoring",
+            "mle": "MLE pass"}
 CNNDM_TRAIN_PAIRS = 287_113
 
 
-def time_steps(module: SummarizationModule, batches: list, warmup: int, device: torch.device) -> dict[str, float]:
+def time_steps(module: SummarizationModule, batches: list, warmup: int, device: torch.device,
+               bf16: bool = False) -> dict[str, float]:
     """Mean seconds per optimizer step over the steps after `warmup`: `step` in all, and in each of `SECTIONS`
     (`other`: the rest, mostly the step's logged diagnostics), each timed with the device synchronized; and
     `sample_length`, the samples' mean length in tokens."""
@@ -59,7 +62,8 @@ def time_steps(module: SummarizationModule, batches: list, warmup: int, device: 
         batch = batch.to(device)
         module.timer = timer = StepTimer(device)
         with timer("step"):
-            loss = module.training_step(batch, i)
+            with torch.autocast(device.type, torch.bfloat16, enabled=bf16):  # as trainer=gpu (bf16-mixed) trains
+                loss = module.training_step(batch, i)
             optimizer.zero_grad(set_to_none=True)
             with timer("backward"):
                 loss.backward()
@@ -81,12 +85,16 @@ def breakdown_row(label: str, times: dict[str, float], mle_step: float, batch_si
             f"{times['sample_length']:.0f} |").replace("| nan |", "| - |")
 
 
-def default_qa_model() -> str:
-    """$SUMRL_QA_MODEL, else the cloze model where scripts/train_cloze_qa.py writes it, else its base network."""
+def default_qa_model() -> str | None:
+    """$SUMRL_QA_MODEL, else the cloze model where scripts/train_cloze_qa.py writes it, else its base network; None
+    without the `qa` extra (then only a QA reward fails, saying what to install)."""
     trained = Path(os.environ.get("SUMRL_CACHE", "~/.cache/sumrl")).expanduser() / "cloze_qa"
     if "SUMRL_QA_MODEL" in os.environ or trained.exists():
         return os.environ.get("SUMRL_QA_MODEL", str(trained))
-    return minilm_path()
+    try:
+        return minilm_path()
+    except ModuleNotFoundError:
+        return None
 
 
 def memory_in_use_gib(device: torch.device) -> float:
@@ -127,34 +135,39 @@ def main() -> None:
     parser.add_argument("--set", nargs="*", default=[], metavar="LABEL.KEY=VALUE", help="reward config overrides")
     parser.add_argument("--eos-bias", type=float, default=0.0, help="added to the untrained model's </s> logit")
     parser.add_argument("--qa-model", default=None, help="the QA rewards' model (a local directory or hub name)")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--bf16", action="store_true", help="steps under bf16 autocast, as trainer=gpu trains")
     parser.add_argument("--memory-steps", type=int, default=0)
     parser.add_argument("--memory-figure", type=Path, default=Path("docs/rl_memory.png"))
     args, device, vocab = see_et_al_setup(parser, steps=3)
     n = args.warmup + args.steps
-    examples = list(read_examples(args.data, n * 16))
-    batches = [collate(examples[i * 16:(i + 1) * 16], vocab, 400, 100) for i in range(n)]
+    size = args.batch_size
+    examples = list(read_examples(args.data, n * size))
+    batches = [collate(examples[i * size:(i + 1) * size], vocab, 400, 100) for i in range(n)]
     model = PointerGenerator(PointerGeneratorConfig(vocab_size=len(vocab), emb_dim=128, hidden_dim=256)).to(device)
     with torch.no_grad():
         model.out_vocab.bias[model.config.eos_id] += args.eos_bias
-    os.environ["SUMRL_QA_MODEL"] = args.qa_model or default_qa_model()
+    if qa_model := args.qa_model or default_qa_model():
+        os.environ["SUMRL_QA_MODEL"] = qa_model
     rewards = compose_rewards(args.rewards, args.set)
 
     def module(reward=None) -> SummarizationModule:
         return SummarizationModule(model, vocab, optimizer=None, reward=reward, gamma=Constant(0.9984),
                                    rl_max_len=100).to(device)
 
-    print(f"library {Path(trainer.__file__).resolve().parents[1]}; batch 16, source 400, target 100, hidden 256, "
-          f"emb 128, vocab {len(vocab)}, {args.threads} threads, {args.device}, untrained model (</s> bias "
+    print(f"library {Path(trainer.__file__).resolve().parents[1]}; batch {size}, source 400, target 100, hidden 256, "
+          f"emb 128, vocab {len(vocab)}, {args.threads} threads, {args.device}{' bf16 autocast' * args.bf16}, "
+          f"untrained model (</s> bias "
           f"{args.eos_bias}), mean of {args.steps} steps after {args.warmup} of warm-up; seconds per step (share of "
           f"the step); epoch: {CNNDM_TRAIN_PAIRS:,} CNN/DM pairs at this step time, in hours; sample: mean tokens")
     headings = [HEADINGS.get(s, s) for s in (*SECTIONS, "other")]
     print(f"| step | seconds | × MLE step | {' | '.join(headings)} | epoch (h) | sample |\n"
           f"|{'---|' * (len(headings) + 5)}")
-    mle_times = time_steps(module(), batches, args.warmup, device)
-    print(breakdown_row("MLE", mle_times, mle_times["step"], 16), flush=True)
+    mle_times = time_steps(module(), batches, args.warmup, device, args.bf16)
+    print(breakdown_row("MLE", mle_times, mle_times["step"], size), flush=True)
     for name, reward in rewards.items():
-        print(breakdown_row(f"mixed, {name}", time_steps(module(reward), batches, args.warmup, device),
-                            mle_times["step"], 16), flush=True)
+        print(breakdown_row(f"mixed, {name}", time_steps(module(reward), batches, args.warmup, device, args.bf16),
+                            mle_times["step"], size), flush=True)
     print(f"peak memory {peak_memory_gib(device):.2f} GiB ({'CUDA max allocated' if device.type == 'cuda' else 'max RSS'})")
     if args.memory_steps:
         name, reward = next(iter(rewards.items()))
@@ -163,7 +176,7 @@ def main() -> None:
         first, last = statistics.mean(used[1:1 + tenth]), statistics.mean(used[-tenth:])  # step 1: Adam's state
         print(f"memory in use over {len(used)} mixed steps ({name}): first tenth {first:.3f} GiB, last tenth "
               f"{last:.3f} GiB, growth {last - first:+.3f} GiB ({100 * (last / first - 1):+.1f}%)")
-        label = f"{len(used)} mixed steps ({name}), {args.device}, batch 16, See et al. sizes"
+        label = f"{len(used)} mixed steps ({name}), {args.device}, batch {size}, See et al. sizes"
         plot_memory(used, label, args.memory_figure)
         print(f"figure: {args.memory_figure}")
 
