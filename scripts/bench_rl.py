@@ -7,8 +7,8 @@
 An untrained model (samples run to the 100-token limit, the worst case), batch 16 (`--batch-size`), sources of 400
 tokens, targets of 100, hidden 256, embeddings 128, vocabulary 50k. One markdown row per step: its mean time
 (forward, decodes, rewards, backward, Adam), the ratio to the MLE step, the seconds and share of each section
-(encode; sample + greedy decode; reward; the teacher-forced pass over the references and the samples, or at τ ≠ 1 (and in
-libraries before it) the samples' rescoring and the MLE pass apart; backward; optimizer;
+(encode; sample + greedy decode; reward; the teacher-forced pass over the references and the samples, or at
+τ ≠ 1 (and in libraries before it) the samples' rescoring and the MLE pass apart; backward; optimizer;
 other: the logged diagnostics), each timed with the device synchronized (`trainer.module.StepTimer`), and the
 hours one epoch over CNN/DM's 287,113 training pairs would take at that step time and batch.
 
