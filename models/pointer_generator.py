@@ -282,11 +282,11 @@ class PointerGenerator(nn.Module):
 
     def mle_loss(self, batch: Batch, enc: EncoderOutput | None = None,
                  forced: TeacherForced | None = None) -> dict[str, Tensor]:
-        """Token-averaged NLL of the reference (and coverage loss); pass `enc` to reuse an encoding, or `forced`,
-        the reference's teacher-forced pass (its first T columns are read), made together with other rows."""
+        """Token-averaged NLL of the reference (and coverage loss); pass `enc` to reuse an encoding, or `forced`, a
+        teacher-forced pass whose first B rows and T columns are the references' (made together with other rows)."""
         tf = forced or self.teacher_forced(enc if enc is not None else self.encode(batch), batch.dec_in, batch.target)
-        T = batch.target.size(1)
-        tf = TeacherForced(tf.log_probs[:, :T], tf.coverage_loss[:, :T])
+        B, T = batch.target.shape
+        tf = TeacherForced(tf.log_probs[:B, :T], tf.coverage_loss[:B, :T])
         mask = batch.target_mask.float()
         n = mask.sum().clamp(min=1)
         nll = -(tf.log_probs * mask).sum() / n

@@ -38,7 +38,7 @@ from bench_training import peak_memory_gib, read_examples, see_et_al_setup
 from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
 from models.text.batch import collate
 from models.text.vectors import minilm_path
-from scripts.cli import compose_rewards
+from scripts.cli import compose_rewards, positive_int
 from trainer.module import StepTimer, SummarizationModule
 from trainer.schedules import Constant
 
@@ -135,7 +135,7 @@ def main() -> None:
     parser.add_argument("--set", nargs="*", default=[], metavar="LABEL.KEY=VALUE", help="reward config overrides")
     parser.add_argument("--eos-bias", type=float, default=0.0, help="added to the untrained model's </s> logit")
     parser.add_argument("--qa-model", default=None, help="the QA rewards' model (a local directory or hub name)")
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--batch-size", type=positive_int, default=16)
     parser.add_argument("--bf16", action="store_true", help="steps under bf16 autocast, as trainer=gpu trains")
     parser.add_argument("--memory-steps", type=int, default=0)
     parser.add_argument("--memory-figure", type=Path, default=Path("docs/rl_memory.png"))

@@ -16,7 +16,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from models.decoding import Decoded, beam_search, check_beam_settings, greedy, rollout_rows, sample_and_greedy
-from models.pointer_generator import TeacherForced
 from models.text.batch import Batch
 from models.text.vocab import SENTENCE_END, Vocabulary, split_at_sentence_ends
 from rewards.base import Reward, RewardInput, not_applicable, test_metric_of, zero_where_not_applicable
@@ -275,7 +274,9 @@ class SummarizationModule(pl.LightningModule):
             with self.timer("mle"):
                 mle = self.model.mle_loss(batch, enc=enc)
             with self.timer("rescore"):
-                sample_enc = enc.index_select(torch.tensor(sample_rows, device=device))
+                # one sample per article: its rows are the articles' own (`rollout_rows`), so no copy of the encoding
+                sample_enc = enc if len(sample_rows) == B else enc.index_select(
+                    torch.tensor(sample_rows, device=device))
                 log_q = self.model.teacher_forced(sample_enc, self._feed(sampled.ids), sampled.ids,
                                                   self.temperature).log_probs
             return mle, log_q
@@ -288,7 +289,7 @@ class SummarizationModule(pl.LightningModule):
             forced = self.model.teacher_forced(
                 enc.index_select(rows), torch.cat([padded(batch.dec_in), padded(self._feed(sampled.ids))]),
                 torch.cat([padded(batch.target), padded(sampled.ids)]))
-            mle = self.model.mle_loss(batch, forced=TeacherForced(forced.log_probs[:B], forced.coverage_loss[:B]))
+            mle = self.model.mle_loss(batch, forced=forced)
         return mle, forced.log_probs[B:, : sampled.ids.size(1)]
 
     def _reward(self, inputs: RewardInput) -> tuple[Tensor, dict[str, Tensor]]:
