@@ -98,6 +98,11 @@ def plot_curves(curves: dict[str, list[dict[str, float]]], path: Path, panels: S
             if xy:
                 ax.plot(*zip(*xy), marker="o", markersize=3)
                 ax.axhline(xy[0][1], color="grey", linewidth=0.8, linestyle="--")  # where the run started
+            else:  # another run logs it (an MLE run has no test metric): say so rather than draw empty axes
+                ax.text(0.5, 0.5, "not logged by this run", ha="center", va="center", fontsize=8, color="grey",
+                        transform=ax.transAxes)
+                ax.set_xticks([])
+                ax.set_yticks([])
             ax.set_title(f"{name}: {PANELS.get(key, key.replace('/', ' ').replace('_', ' '))}", fontsize=9)
             ax.tick_params(labelsize=7)
             ax.grid(alpha=0.3)
