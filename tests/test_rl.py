@@ -1,4 +1,6 @@
 """Self-critical training: the loss sign and masking, the no-grad baseline, and the mixed step."""
+import json
+
 import pytest
 import pytorch_lightning as pl
 import torch
@@ -12,6 +14,7 @@ from rewards.base import Display, RewardInput
 from rewards.repeats import RepeatPenalty
 from rewards.rouge import RougeL
 from trainer.baselines import GreedyBaseline, LeaveOneOut
+from trainer.evaluate import table_record
 from trainer.module import SummarizationModule, self_critical_loss
 from trainer.schedules import Constant
 
@@ -308,6 +311,31 @@ def test_test_metric_validation_is_the_rewards_own_metric_for_a_mover_reward():
         logged = validation_values(module, labelled)
     # min_len 5 of max_len 6: every summary has 5 or 6 tokens, so 50 to 60 at ×1000 / 100
     assert 50 <= logged["val/test_metric"] <= 60
+
+
+def test_the_test_scores_a_mixed_runs_own_metric_unpenalised_even_when_it_reads_the_article(tmp_path):
+    """A reward that reads the article (LS-Score, the unsupervised QA metrics) can only be scored at test time, when
+    the article is at hand: its diagonal cell must not depend on the user listing it under `metrics`."""
+    class Length:
+        name, needs_reference = "length", False
+        display = Display("Length", 1000, reads_article=True)
+
+        def __call__(self, inputs):
+            return inputs.hyp_lens.float() / 100
+
+    module, batch = tiny_module(reward=RepeatPenalty(Length()))
+    module.output_dir, module.beam = tmp_path, {"beam_size": 2, "max_len": 6, "processors": [MinLength(5)]}
+    module.on_test_epoch_start()
+    with torch.no_grad():
+        module.model.eval()
+        module.test_step(batch, 0)
+    module.on_test_epoch_end()
+    rows = [json.loads(line) for line in (tmp_path / "summaries.jsonl").read_text().splitlines()]
+    assert len(rows) == 4  # the articles with a reference
+    for row in rows:  # tokens / 100 at ×1000, without the repeat penalty (the untrained model repeats itself)
+        assert row["scores"]["length"] == pytest.approx(len(row["summary"].split()) * 10)
+    # and table4 is told to take it from there (it cannot score it without the article)
+    assert table_record(module.reward, module.test_metrics)["stored"] == ["length"]
 
 
 def test_select_by_is_checked():

@@ -338,13 +338,22 @@ class SummarizationModule(pl.LightningModule):
                      sync_dist=True, add_dataloader_idx=False)
         return decoded  # the greedy decodes, for callbacks (`trainer.samples.ValidationSamples`)
 
+    @property
+    def test_metrics(self) -> dict[str, Reward]:
+        """What the test scores besides ROUGE: `metrics`, and a mixed run's own test metric (`test_metric`, else the
+        reward's name: the reward itself without the repeat penalty), so that its diagonal cell is always scored."""
+        key = test_metric_of(self.reward) if self.reward is not None else None
+        if key is None or key in ROUGE_KEYS or key in self.metrics:
+            return self.metrics
+        return self.metrics | {key: getattr(self.reward, "wrapped", self.reward)}
+
     def test_metric(self, batch: Batch, enc: Any) -> Tensor:
-        """The mean of the reward's test metric (`test_metric`, else its own name: the reward itself, scored on text as
-        the test scores it), without the repeat penalty, over the test decoder's summaries of a labelled batch."""
-        key, unpenalised = test_metric_of(self.reward), getattr(self.reward, "wrapped", self.reward)
+        """The mean of the reward's test metric, scored as the test scores it, over the test decoder's summaries of a
+        labelled batch."""
+        key = test_metric_of(self.reward)
         rows = self.summaries(beam_search(self.model, enc, **self.beam), batch)
         means, _ = evaluate([r["summary"] for r in rows], [r["reference"] for r in rows],
-                            {} if key in ROUGE_KEYS else {key: unpenalised}, device=self.device,
+                            {} if key in ROUGE_KEYS else {key: self.test_metrics[key]}, device=self.device,
                             sources=[r["article"] for r in rows])
         return torch.tensor(means.get(key, float("nan")))  # evaluate's mean leaves out rows it does not apply to
 
@@ -399,7 +408,7 @@ class SummarizationModule(pl.LightningModule):
     def on_test_epoch_end(self) -> None:
         rows = [r for r in self._test_rows if r["reference"] is not None]
         means, per_example = evaluate([r["summary"] for r in rows], [r["reference"] for r in rows],
-                                      self.metrics, device=self.device, sources=[r["article"] for r in rows])
+                                      self.test_metrics, device=self.device, sources=[r["article"] for r in rows])
         self.output_dir.mkdir(parents=True, exist_ok=True)
         with (self.output_dir / "summaries.jsonl").open("w", encoding="utf-8") as f:
             for row, scores in zip(rows, per_example):
