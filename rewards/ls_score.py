@@ -193,11 +193,12 @@ class LSScore:
 
     needs_reference = False
 
-    def __init__(self, checkpoint: str | None = None, name: str = "ls_score", batch_size: int = 64, **overrides):
+    def __init__(self, checkpoint: str | None = None, name: str = "ls_score", batch_size: int = 64,
+                 column: str | None = None, **overrides):
         self.tokenizer, self.scorer = load_scorer(checkpoint, **overrides)
         self.scorer.eval().requires_grad_(False)
         self.name, self.batch_size = name, batch_size
-        self.display = Display(name, reads_article=True)
+        self.display = Display(column or name, reads_article=True)
         # L, a mean log-probability, is at most 0 and unbounded below; S, a cosine, lies in [-1, 1]
         alpha, beta = self.scorer.config.alpha, self.scorer.config.beta
         self.bounds = (-math.inf if alpha > 0 else -beta, beta)

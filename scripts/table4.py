@@ -224,13 +224,16 @@ class Comparison:
 
 def compare_rows(rows: dict[str, list[Run]], pairs: dict[Path, Run], scores: dict[Path, dict], metrics: list[str],
                  resamples: int, seed: int) -> dict[str, dict[str, Comparison]]:
-    """Every non-baseline row's `Comparison` on each metric, each run paired by article with its own baseline."""
+    """Every non-baseline row's `Comparison` on each metric that its runs scored (a metric read at test time, such as
+    an MLE run's LS-Score, may be missing from another run), each run paired by article with its own baseline."""
     out = {}
     for row, runs in rows.items():
         if runs[0].path not in pairs:
             continue
         out[row] = {}
         for metric in metrics:
+            if any(metric not in article for run in runs for article in scores[run.path].values()):
+                continue
             deltas = {run.seed: paired_differences(scores[run.path], scores[pairs[run.path].path], metric, row,
                                                    pairs[run.path].row) for run in runs}
             out[row][metric] = Comparison(pooled_bootstrap(list(deltas.values()), resamples, seed, LEVEL),

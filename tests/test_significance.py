@@ -168,6 +168,7 @@ REWARDS = {"mle": None, "rouge_l": RougeL(), "wms": WordMoverSimilarity(None), "
 BOTTOM_UP = {"mle": "Bottom-up (no reward)", "mixed": "Bottom-up Mixed w/ {reward}"}
 # QA rewards as table4 sees them (their display metadata), without a QA model
 QA_CONF = SimpleNamespace(name="qa_conf", needs_reference=False, display=Display("QAconf", 100, reads_article=True))
+LS_SCORE = SimpleNamespace(name="ls_score", needs_reference=False, display=Display("LS-Score", reads_article=True))
 QA_LEARNED = SimpleNamespace(name="qa_learned", needs_reference=False, display=Display("QA learned", 100, True))
 
 
@@ -284,6 +285,24 @@ def test_table4_takes_qa_scores_as_the_runs_scored_them(tmp_path, capsys):
     assert table["Mixed w/ QAconf"]["vs_mle"]["qa_conf"]["delta"] == pytest.approx(20.0)
     assert "- Mixed w/ QAconf on QAconf: 10.50 → 30.50 (+20.00 [+20.00, +20.00]) significant; the best row there" \
         in report
+
+
+def test_table4_leaves_a_cell_empty_where_only_the_baseline_scored_a_metric(tmp_path, capsys):
+    """An MLE run tested with metrics a mixed run's test did not score (both read the article): the mixed row shows
+    '-' there and is compared on the rest, where it used to stop with a KeyError."""
+    for name, scores in (("mle", {"qa_conf": 10.0, "ls_score": 0.25}), ("qa_conf", {"qa_conf": 30.0})):
+        run = tmp_path / name
+        run.mkdir()
+        metrics = {"qa_conf": QA_CONF} | ({"ls_score": LS_SCORE} if name == "mle" else {})
+        (run / "config.yaml").write_text(run_config(name, QA_CONF if name == "qa_conf" else None, metrics=metrics))
+        write_jsonl(run / "summaries.jsonl", [{"id": f"a{i}", "summary": "the river .", "reference": "the river .",
+                                               "scores": scores} for i in range(20)])
+    load_script("table4").main([str(tmp_path), "--metrics", "--out", str(tmp_path)])
+    table = json.loads((tmp_path / "table4.json").read_text())
+    assert table["Mixed w/ QAconf"]["vs_mle"]["qa_conf"]["delta"] == pytest.approx(20.0)
+    assert "ls_score" not in table["Mixed w/ QAconf"]["vs_mle"]
+    mixed = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| Mixed w/ QAconf |"))
+    assert mixed.endswith("| 30.00 | - |")
 
 
 def test_table4_compares_with_the_baseline_it_is_given(grid, tmp_path, capsys):
