@@ -302,7 +302,7 @@ def plot_differences(path: Path, intervals: dict[str, dict[str, Interval]], base
                      caption: str) -> None:
     """One panel per metric, one error bar per row: filled where the interval excludes 0, hollow where not."""
     rows = list(intervals)
-    metrics = list(intervals[rows[0]])
+    metrics = list(dict.fromkeys(metric for cells in intervals.values() for metric in cells))  # a row may lack one
     ncols = min(len(metrics), 4)
     nrows = -(-len(metrics) // ncols)
     # A bare Figure draws with Agg, without pyplot's global state or a GUI backend.
@@ -310,7 +310,8 @@ def plot_differences(path: Path, intervals: dict[str, dict[str, Interval]], base
     axes = fig.subplots(nrows, ncols, sharey=True, squeeze=False).ravel()
     for ax, metric in zip(axes, metrics):
         for y, row in enumerate(rows):
-            interval = intervals[row][metric]
+            if (interval := intervals[row].get(metric)) is None:
+                continue
             ax.errorbar(interval.mean, y, xerr=[[interval.mean - interval.low], [interval.high - interval.mean]],
                         fmt="o", color="C0", markerfacecolor="C0" if interval.significant else "white", capsize=3)
         ax.axvline(0, color="grey", linewidth=0.8, zorder=0)

@@ -288,21 +288,28 @@ def test_table4_takes_qa_scores_as_the_runs_scored_them(tmp_path, capsys):
 
 
 def test_table4_leaves_a_cell_empty_where_only_the_baseline_scored_a_metric(tmp_path, capsys):
-    """An MLE run tested with metrics a mixed run's test did not score (both read the article): the mixed row shows
-    '-' there and is compared on the rest, where it used to stop with a KeyError."""
-    for name, scores in (("mle", {"qa_conf": 10.0, "ls_score": 0.25}), ("qa_conf", {"qa_conf": 30.0})):
+    """An MLE run tested with the metrics of two mixed runs, each of which scored only its own (both read the
+    article): each mixed row shows '-' in the other's column, is compared on the rest, and the figure draws the cells
+    there are (both used to stop with a KeyError)."""
+    runs = {"mle": (None, {"qa_conf": 10.0, "ls_score": 0.25}), "qa_conf": (QA_CONF, {"qa_conf": 30.0}),
+            "ls_score": (LS_SCORE, {"ls_score": 0.5})}
+    for name, (reward, scores) in runs.items():
         run = tmp_path / name
         run.mkdir()
-        metrics = {"qa_conf": QA_CONF} | ({"ls_score": LS_SCORE} if name == "mle" else {})
-        (run / "config.yaml").write_text(run_config(name, QA_CONF if name == "qa_conf" else None, metrics=metrics))
+        # as `SummarizationModule.test_metrics` has it: a mixed run's test scores its own reward
+        metrics = {"qa_conf": QA_CONF, "ls_score": LS_SCORE} if reward is None else {reward.name: reward}
+        (run / "config.yaml").write_text(run_config(name, reward, metrics=metrics))
         write_jsonl(run / "summaries.jsonl", [{"id": f"a{i}", "summary": "the river .", "reference": "the river .",
                                                "scores": scores} for i in range(20)])
     load_script("table4").main([str(tmp_path), "--metrics", "--out", str(tmp_path)])
     table = json.loads((tmp_path / "table4.json").read_text())
     assert table["Mixed w/ QAconf"]["vs_mle"]["qa_conf"]["delta"] == pytest.approx(20.0)
-    assert "ls_score" not in table["Mixed w/ QAconf"]["vs_mle"]
-    mixed = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| Mixed w/ QAconf |"))
-    assert mixed.endswith("| 30.00 | - |")
+    assert table["Mixed w/ LS-Score"]["vs_mle"]["ls_score"]["delta"] == pytest.approx(0.25)
+    assert "ls_score" not in table["Mixed w/ QAconf"]["vs_mle"] and "qa_conf" not in table["Mixed w/ LS-Score"]["vs_mle"]
+    report = capsys.readouterr().out.splitlines()
+    assert next(line for line in report if line.startswith("| Mixed w/ QAconf |")).endswith("| - | 30.00 |")
+    assert next(line for line in report if line.startswith("| Mixed w/ LS-Score |")).endswith("| 0.50 | - |")
+    assert (tmp_path / "table4_diff.png").exists()
 
 
 def test_table4_compares_with_the_baseline_it_is_given(grid, tmp_path, capsys):
