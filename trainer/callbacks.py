@@ -14,9 +14,9 @@ log = logging.getLogger(__name__)
 
 PANELS = {"val/reward": "val reward", "val/loss": "val loss", "val/rouge_l": "val ROUGE-L",
           "val/length": "val length (tokens)", "val/repeated_trigrams": "val repeated trigrams",
-          "val/test_metric": "val test metric (beam, no penalty)"}
+          "val/test_metric": "val test metric (beam, no penalty)", "val/lead3_copy": "val trigrams copied from lead-3"}
 # beside the reward (or loss) panel, where a run logged them
-SUMMARY_PANELS = ("val/test_metric", "val/rouge_l", "val/length", "val/repeated_trigrams")
+SUMMARY_PANELS = ("val/test_metric", "val/rouge_l", "val/length", "val/repeated_trigrams", "val/lead3_copy")
 
 
 class ValidationCurve(pl.Callback):
@@ -103,10 +103,11 @@ def plot_curves(curves: dict[str, list[dict[str, float]]], path: Path, panels: S
                         transform=ax.transAxes)
                 ax.set_xticks([])
                 ax.set_yticks([])
-            ax.set_title(f"{name}: {PANELS.get(key, key.replace('/', ' ').replace('_', ' '))}", fontsize=9)
+            ax.set_title(PANELS.get(key, key.replace('/', ' ').replace('_', ' ')), fontsize=9)
             ax.tick_params(labelsize=7)
             ax.grid(alpha=0.3)
         row[0].set_xlabel("optimizer step", fontsize=8)
+        row[0].set_ylabel(name, fontsize=9, fontweight="bold")  # the run, once a row: long names overran the titles
     if title:
         fig.suptitle(title, fontsize=10)
     fig.savefig(path, dpi=100)
