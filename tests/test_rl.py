@@ -335,7 +335,7 @@ def test_the_test_scores_a_mixed_runs_own_metric_unpenalised_even_when_it_reads_
     for row in rows:  # tokens / 100 at ×1000, without the repeat penalty (the untrained model repeats itself)
         assert row["scores"]["length"] == pytest.approx(len(row["summary"].split()) * 10)
     # and table4 is told to take it from there (it cannot score it without the article)
-    assert table_record(module.reward, module.test_metrics)["stored"] == ["length"]
+    assert table_record(module.reward, module.metrics_at_test)["stored"] == ["length"]
 
 
 def test_select_by_is_checked():

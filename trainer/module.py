@@ -339,7 +339,7 @@ class SummarizationModule(pl.LightningModule):
         return decoded  # the greedy decodes, for callbacks (`trainer.samples.ValidationSamples`)
 
     @property
-    def test_metrics(self) -> dict[str, Reward]:
+    def metrics_at_test(self) -> dict[str, Reward]:
         """What the test scores besides ROUGE: `metrics`, and a mixed run's own test metric (`test_metric`, else the
         reward's name: the reward itself without the repeat penalty), so that its diagonal cell is always scored."""
         key = test_metric_of(self.reward) if self.reward is not None else None
@@ -353,7 +353,7 @@ class SummarizationModule(pl.LightningModule):
         key = test_metric_of(self.reward)
         rows = self.summaries(beam_search(self.model, enc, **self.beam), batch)
         means, _ = evaluate([r["summary"] for r in rows], [r["reference"] for r in rows],
-                            {} if key in ROUGE_KEYS else {key: self.test_metrics[key]}, device=self.device,
+                            {} if key in ROUGE_KEYS else {key: self.metrics_at_test[key]}, device=self.device,
                             sources=[r["article"] for r in rows])
         return torch.tensor(means.get(key, float("nan")))  # evaluate's mean leaves out rows it does not apply to
 
@@ -408,7 +408,7 @@ class SummarizationModule(pl.LightningModule):
     def on_test_epoch_end(self) -> None:
         rows = [r for r in self._test_rows if r["reference"] is not None]
         means, per_example = evaluate([r["summary"] for r in rows], [r["reference"] for r in rows],
-                                      self.test_metrics, device=self.device, sources=[r["article"] for r in rows])
+                                      self.metrics_at_test, device=self.device, sources=[r["article"] for r in rows])
         self.output_dir.mkdir(parents=True, exist_ok=True)
         with (self.output_dir / "summaries.jsonl").open("w", encoding="utf-8") as f:
             for row, scores in zip(rows, per_example):

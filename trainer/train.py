@@ -252,7 +252,7 @@ def run(cfg: DictConfig) -> dict:
                                       plugins=[AtomicCheckpointIO()])
     Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
     module.provenance = provenance(cfg)
-    record = table_record(getattr(module, "reward", None), getattr(module, "test_metrics", {}), cfg.rows)
+    record = table_record(getattr(module, "reward", None), getattr(module, "metrics_at_test", {}), cfg.rows)
     with open_dict(cfg):
         cfg.update(module.provenance)
         cfg.table = record  # table4 reads the run's row, test metric and columns here
