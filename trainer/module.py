@@ -341,7 +341,8 @@ class SummarizationModule(pl.LightningModule):
     @property
     def metrics_at_test(self) -> dict[str, Reward]:
         """What the test scores besides ROUGE: `metrics`, and a mixed run's own test metric (`test_metric`, else the
-        reward's name: the reward itself without the repeat penalty), so that its diagonal cell is always scored."""
+        reward's name: the reward itself without the repeat penalty), so that its diagonal cell is always scored.
+        Where `metrics` lists that key already, its entry is the one scored, at validation too: what table4 shows."""
         key = test_metric_of(self.reward) if self.reward is not None else None
         if key is None or key in ROUGE_KEYS or key in self.metrics:
             return self.metrics
