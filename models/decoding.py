@@ -16,7 +16,7 @@ from typing import Any, Protocol, Sequence
 import torch
 from torch import Tensor
 
-from models.pointer_generator import EncoderOutput, PointerGenerator
+from models.pointer_generator import EncoderOutput, PointerGenerator, launch_bound
 from models.text.vocab import Vocabulary
 
 
@@ -102,12 +102,6 @@ def _processors(model: PointerGenerator, extra: Sequence[StepProcessor]) -> list
 SHRINK_AT = 0.25
 # Steps between two looks at which rows have ended, where the decode step is launch-bound (`launch_bound`).
 CHECK_EVERY_LAUNCH_BOUND = 8
-
-
-def launch_bound(device: torch.device) -> bool:
-    """Whether a decode step's time goes to launching its kernels (a GPU) rather than to its arithmetic (a CPU). There,
-    a smaller batch saves nothing, and each look at which rows have ended waits for the device to drain its queue."""
-    return device.type != "cpu"
 
 
 def _decode(model: PointerGenerator, enc: EncoderOutput, max_len: int, choose: Chooser,

@@ -40,7 +40,7 @@ class DecoderState:
     context: Tensor   # [B, 2H] previous attention context h*_{t-1} (input feeding)
     coverage: Tensor  # [B, S] sum of past attention distributions
 
-    def index_select(self, index: Tensor) -> "DecoderState":
+    def index_select(self, index: Tensor | slice) -> "DecoderState":
         return DecoderState(self.h[:, index], self.c[:, index], self.context[index], self.coverage[index])
 
 
@@ -55,8 +55,8 @@ class EncoderOutput:
     copy_mask: Tensor | None = None  # [B, S] weights on the copy attention (bottom-up copying); None: copy freely
     renormalize_copy: bool = False   # the weighted copy attention is renormalised to sum to 1 (else used as is)
 
-    def index_select(self, index: Tensor) -> "EncoderOutput":
-        """Rows `index` of every field that has rows (repeat rows for sampling twice, reorder beams)."""
+    def index_select(self, index: Tensor | slice) -> "EncoderOutput":
+        """Rows `index` of every field that has rows (repeat rows for sampling twice, reorder beams; a slice: views)."""
         def rows(value):
             if isinstance(value, Tensor):
                 return value[index]
@@ -68,6 +68,12 @@ class EncoderOutput:
 class TeacherForced:
     log_probs: Tensor      # [B, T] fp32 log p(target_t); 0 where the target is <pad>
     coverage_loss: Tensor  # [B, T] sum_i min(a_i^t, c_i^t); zeros when coverage is off
+
+
+def launch_bound(device: torch.device) -> bool:
+    """Whether a decoder step's time goes to launching its kernels (a GPU) rather than to its arithmetic (a CPU). There,
+    a smaller batch saves nothing, and each look at which rows have ended waits for the device to drain its queue."""
+    return device.type != "cpu"
 
 
 def _reverse_rows(x: Tensor, lengths: Tensor) -> Tensor:
@@ -245,25 +251,46 @@ class PointerGenerator(nn.Module):
         return self.log(probs), state, attn
 
     # ---- teacher forcing (the training hot path) -----------------------------------------------------
-    def _unroll(self, enc: EncoderOutput, dec_in: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Run the decoder over `dec_in` [B, T]: outputs [B, T, 3H], p_gen logits, attention [B, T, S], coverage loss."""
+    def _unroll(self, enc: EncoderOutput, dec_in: Tensor, lengths: Tensor | None = None
+                ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Run the decoder over `dec_in` [B, T]: outputs [B, T, 3H], p_gen logits, attention [B, T, S], coverage loss.
+        With `lengths` [B] each row stops after its own length (zeros beyond): rows are sorted by length, so the rows
+        still going are a prefix, as in `_run_lstm`. On a CPU a step costs its rows, and the attention keeps
+        [rows, S, 2H] per step for the backward pass."""
+        B, T = dec_in.shape
+        order = None if lengths is None else lengths.argsort(descending=True, stable=True)
+        if order is not None:
+            enc, dec_in = enc.index_select(order), dec_in[order]
+            going = (lengths[order].unsqueeze(0) > torch.arange(T, device=dec_in.device).unsqueeze(1)).sum(1).tolist()
+        else:
+            going = [B] * T
         state, emb = enc.init, self._embed(dec_in)
         outs, p_gen_logits, attns, cov_losses = [], [], [], []
-        for emb_t in emb.unbind(1):
-            state, attn, p_gen_logit, cov_loss = self._recur(enc, state, emb_t)
+        for n, emb_t in zip(going, emb.unbind(1)):
+            if n == 0:
+                break
+            if n < state.context.size(0):
+                enc, state = enc.index_select(slice(None, n)), state.index_select(slice(None, n))
+            state, attn, p_gen_logit, cov_loss = self._recur(enc, state, emb_t[:n])
             outs.append(torch.cat([state.h[-1], state.context], -1))
             p_gen_logits.append(p_gen_logit)
             attns.append(attn)
             cov_losses.append(cov_loss)
-        return torch.stack(outs, 1), torch.stack(p_gen_logits, 1), torch.stack(attns, 1), torch.stack(cov_losses, 1)
+
+        def stacked(steps: list[Tensor]) -> Tensor:  # [B, T, ...] in the given rows' order, zeros after each row's end
+            x = torch.stack([F.pad(step, (0, 0) * (step.dim() - 1) + (0, B - step.size(0))) for step in steps], 1)
+            x = F.pad(x, (0, 0) * (x.dim() - 2) + (0, T - x.size(1)))
+            return x if order is None else x[order.argsort()]
+        return stacked(outs), stacked(p_gen_logits), stacked(attns), stacked(cov_losses)
 
     def teacher_forced(self, enc: EncoderOutput, dec_in: Tensor, target: Tensor,
                        temperature: float = 1.0) -> TeacherForced:
         """log p(target_t | target_<t) for extended-id targets [B, T], without forming [B, T, X]. With a
         `temperature` τ ≠ 1: log q(target_t) for q ∝ p^(1/τ) without <pad> and <s>, the distribution that a
         sampler at τ draws from (its normaliser needs all of [B, T, X])."""
-        out, p_gen_logit, attn, cov_loss = self._unroll(enc, dec_in)
         real = target != self.config.pad_id  # only these positions go through the big output layer
+        lengths = (real * torch.arange(1, real.size(1) + 1, device=real.device)).amax(1)  # <pad> only after the end
+        out, p_gen_logit, attn, cov_loss = self._unroll(enc, dec_in, None if launch_bound(dec_in.device) else lengths)
         if temperature != 1.0:
             scaled = self.log(self._extended_probs(out, p_gen_logit, attn, enc)) / temperature  # [B, T, X]
             scaled[..., [self.config.pad_id, self.config.bos_id]] = float("-inf")  # never drawn (decoding._processors)

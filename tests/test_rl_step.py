@@ -8,6 +8,7 @@ import torch
 
 from models import decoding
 from models.decoding import BlockRepeatedTrigrams, MinLength, greedy
+from models import pointer_generator
 from models.pointer_generator import EncoderOutput
 from models.text.batch import Batch, Example, collate
 from models.text.vocab import Vocabulary
@@ -90,7 +91,7 @@ def mixed_step_gradient(seed: int, samples: int, temperature: float, coverage: b
     batch = varied_batch(module.vocab).to(device)
     selects = []  # rows of each EncoderOutput.index_select call
     select = EncoderOutput.index_select
-    with patch.object(EncoderOutput, "index_select", lambda self, index: selects.append(len(index)) or
+    with patch.object(EncoderOutput, "index_select", lambda self, index: selects.append(index) or
                       select(self, index)):
         torch.manual_seed(seed)
         module.training_step(batch, 0).backward()
@@ -160,3 +161,20 @@ def test_a_launch_bound_decode_keeps_its_batch_whole_and_writes_the_same_tokens(
     assert gpu_selects == 1 < cpu_selects  # only the rows' layout: the whole batch decodes to the end
     assert len(set(cpu.lengths.tolist())) > 1 and int(cpu.lengths.max()) < 30
     assert gpu.ids.shape == cpu.ids.shape and torch.equal(gpu.ids, cpu.ids) and torch.equal(gpu.lengths, cpu.lengths)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("samples, temperature, coverage", [(1, 1.0, False), (3, 1.0, True), (2, 0.5, True)])
+def test_rows_that_end_leave_the_teacher_forced_pass_and_the_gradient_as_it_was(samples, temperature, coverage, device):
+    """Where the step costs arithmetic (a CPU) each row of the teacher-forced pass stops at its own end; the mixed
+    step's gradient equals that of every row running to the batch's width (the path before, and a GPU's), in fp32 to
+    1e-5, with rows of many lengths (references, samples, rows without a reference)."""
+    for seed in range(3):
+        with patch.object(pointer_generator, "launch_bound", lambda device: False):
+            stopping, _ = mixed_step_gradient(seed, samples, temperature, coverage, device)
+        with patch.object(pointer_generator, "launch_bound", lambda device: True):
+            whole, _ = mixed_step_gradient(seed, samples, temperature, coverage, device)
+        assert stopping.keys() == whole.keys() and ("w_c" in whole) == coverage
+        for name, grad in whole.items():
+            assert grad.abs().sum() > 0, name
+            torch.testing.assert_close(stopping[name], grad, atol=1e-5, rtol=1e-5, msg=f"seed {seed}: {name}")
