@@ -92,7 +92,9 @@ def load_encoder(name: str):
     if Path(location).expanduser().exists():
         location = str(Path(location).expanduser())
     try:
-        return transformers.AutoTokenizer.from_pretrained(location), transformers.AutoModel.from_pretrained(location)
+        # fp32 weights whatever the checkpoint's dtype (transformers loads a half-precision checkpoint as is)
+        return (transformers.AutoTokenizer.from_pretrained(location),
+                transformers.AutoModel.from_pretrained(location, dtype=torch.float32))
     except (OSError, ValueError) as e:
         raise ValueError(f"LS-Score encoder {name!r} is neither a local directory nor loadable from the hub "
                          f"({str(e).splitlines()[0]})") from None

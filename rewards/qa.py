@@ -190,20 +190,25 @@ def squad_f1(prediction: str, truth: str) -> float:
 class ExtractiveQA:
     """An `AutoModelForQuestionAnswering` (hub name or local directory), frozen, reading contexts in batched
     forward passes. Answer spans are searched among context tokens; probabilities are softmaxes over the context
-    tokens and [CLS] (a SQuAD-2-style model's "no answer")."""
+    tokens and [CLS] (a SQuAD-2-style model's "no answer"). `cpu_bf16`: on a CPU the network reads under bf16
+    autocast (span probabilities are still computed in fp32); on a GPU it reads in fp32, where at these sizes
+    autocast's casts cost more than they save (docs/RESULTS.md)."""
 
-    def __init__(self, model: str, max_length: int = 384, max_answer_tokens: int = 30, pairs_per_forward: int = 32):
+    def __init__(self, model: str, max_length: int = 384, max_answer_tokens: int = 30, pairs_per_forward: int = 32,
+                 cpu_bf16: bool = True):
         transformers = optional("transformers", "qa")
         location = str(Path(model).expanduser()) if Path(model).expanduser().exists() else model
         try:
             self.tokenizer = transformers.AutoTokenizer.from_pretrained(location)
-            self.network = transformers.AutoModelForQuestionAnswering.from_pretrained(location)
+            # fp32 weights whatever the checkpoint's dtype (transformers loads a half-precision checkpoint as is)
+            self.network = transformers.AutoModelForQuestionAnswering.from_pretrained(location, dtype=torch.float32)
         except (OSError, ValueError) as e:
             raise ValueError(f"QA model {model!r} is neither a local model directory nor loadable from the hub "
                              f"({str(e).splitlines()[0]}); train one offline: python scripts/train_cloze_qa.py "
                              f"--output {model}") from None
         self.network.eval().requires_grad_(False)
         self.max_length, self.max_answer_tokens, self.pairs_per_forward = max_length, max_answer_tokens, pairs_per_forward
+        self.cpu_bf16 = cpu_bf16
         self.mask = self.tokenizer.mask_token or MASK
 
     def answer_ids(self, answer: str) -> list[int]:
@@ -240,7 +245,9 @@ class ExtractiveQA:
         if next(self.network.parameters()).device != torch.device(device):
             self.network.to(device)
         names = ("input_ids", "attention_mask", "token_type_ids")
-        out = self.network(**{k: enc[k].to(device) for k in names if k in enc})
+        device_type = torch.device(device).type  # on a GPU, also off under the trainer's own bf16 autocast
+        with torch.autocast(device_type, torch.bfloat16, enabled=self.cpu_bf16 and device_type == "cpu"):
+            out = self.network(**{k: enc[k].to(device) for k in names if k in enc})
         context_on_device = context.to(device)
         allowed = context_on_device.clone()
         allowed[:, 0] = True  # [CLS]
@@ -352,13 +359,13 @@ SELECTORS: dict[str, Callable[[], AnswerSelector]] = {"salient": SalientSpans, "
 
 @functools.cache
 def shared_metrics(model: str, selector: str = "salient", max_questions: int = 10, questions_from: str = "article",
-                   confidence: str = "true_answer", max_length: int = 384) -> QAMetrics:
+                   confidence: str = "true_answer", max_length: int = 384, cpu_bf16: bool = True) -> QAMetrics:
     """One `QAMetrics` per setting, shared by every reward built with it (QAconf and QAfscore in one weighted sum
     load one model and make one forward pass per batch)."""
     if selector not in SELECTORS:
         raise ValueError(f"unknown answer selector {selector!r}; choose from {sorted(SELECTORS)}")
-    return QAMetrics(ExtractiveQA(model, max_length=max_length), ClozeQuestions(SELECTORS[selector](), max_questions),
-                     questions_from, confidence)
+    return QAMetrics(ExtractiveQA(model, max_length=max_length, cpu_bf16=cpu_bf16),
+                     ClozeQuestions(SELECTORS[selector](), max_questions), questions_from, confidence)
 
 
 class QAScore:

@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
 
     base = args.base or minilm_path()
     tokenizer = AutoTokenizer.from_pretrained(base)
-    model = AutoModelForQuestionAnswering.from_pretrained(base)
+    model = AutoModelForQuestionAnswering.from_pretrained(base, dtype=torch.float32)
     model.get_input_embeddings().requires_grad_(args.train_embeddings)
     steps = min(args.epochs * math.ceil(len(train) / args.batch_size), args.max_steps or math.inf)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr, weight_decay=0.01)

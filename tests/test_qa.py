@@ -99,6 +99,16 @@ def test_missing_qa_model_is_named_in_one_line(tmp_path):
     assert "\n" not in str(error.value)
 
 
+def test_a_half_precision_checkpoint_reads_with_fp32_weights(tiny_qa_model, tmp_path):
+    """transformers loads a checkpoint in the dtype it was saved in; the frozen QA model keeps fp32 weights (bf16
+    autocast rounds only what it computes), so a hub model saved in fp16 scores as its fp32 original does."""
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+    AutoModelForQuestionAnswering.from_pretrained(tiny_qa_model).half().save_pretrained(tmp_path)
+    AutoTokenizer.from_pretrained(tiny_qa_model).save_pretrained(tmp_path)
+    qa = ExtractiveQA(str(tmp_path))
+    assert {p.dtype for p in qa.network.parameters()} == {torch.float32}
+
+
 def test_batched_scores_equal_one_at_a_time(tiny_qa_model):
     qa = metrics(tiny_qa_model)
     hyps = ["the president visited berlin with 300 soldiers .", "angela merkel met him in berlin on monday .",
@@ -112,7 +122,7 @@ def test_batched_scores_equal_one_at_a_time(tiny_qa_model):
 
 
 def test_true_answer_probability_is_the_models_and_zero_when_absent(tiny_qa_model):
-    qa = ExtractiveQA(tiny_qa_model)
+    qa = ExtractiveQA(tiny_qa_model, cpu_bf16=False)
     question, context = f"He met {MASK} in Berlin .", "angela merkel met the president in berlin ."
     out = qa.read([question, question], [context, "the president visited paris ."], ["Angela Merkel"] * 2)
     assert out["conf"][1].item() == 0.0  # the answer does not occur in the second context
@@ -127,6 +137,9 @@ def test_true_answer_probability_is_the_models_and_zero_when_absent(tiny_qa_mode
     assert out["conf"][0].item() == pytest.approx((p_start[first] * p_end[first + 1]).item(), rel=1e-4)
     assert 0 < out["predicted_conf"][0].item() <= 1 and 0 <= out["fscore"][0].item() <= 1
     assert ((out["exact"] == 1) == (out["fscore"] == 1)).all()  # EM: F1 of 1 (SQuAD normalisation)
+    # the default reads under bf16 autocast on a CPU: the same probability to bf16's precision, not to fp32's
+    rounded = ExtractiveQA(tiny_qa_model).read([question], [context], ["Angela Merkel"])["conf"][0].item()
+    assert rounded == pytest.approx(out["conf"][0].item(), rel=0.05) and rounded != out["conf"][0].item()
 
 
 def test_no_nan_for_empty_summaries_or_articles_without_questions(tiny_qa_model):
