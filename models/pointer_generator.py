@@ -278,9 +278,10 @@ class PointerGenerator(nn.Module):
             cov_losses.append(cov_loss)
 
         def stacked(steps: list[Tensor]) -> Tensor:  # [B, T, ...] in the given rows' order, zeros after each row's end
+            if order is None:
+                return torch.stack(steps, 1)
             x = torch.stack([F.pad(step, (0, 0) * (step.dim() - 1) + (0, B - step.size(0))) for step in steps], 1)
-            x = F.pad(x, (0, 0) * (x.dim() - 2) + (0, T - x.size(1)))
-            return x if order is None else x[order.argsort()]
+            return F.pad(x, (0, 0) * (x.dim() - 2) + (0, T - x.size(1)))[order.argsort()]
         return stacked(outs), stacked(p_gen_logits), stacked(attns), stacked(cov_losses)
 
     def teacher_forced(self, enc: EncoderOutput, dec_in: Tensor, target: Tensor,
