@@ -277,11 +277,13 @@ class PointerGenerator(nn.Module):
             attns.append(attn)
             cov_losses.append(cov_loss)
 
+        if order is None:
+            return torch.stack(outs, 1), torch.stack(p_gen_logits, 1), torch.stack(attns, 1), torch.stack(cov_losses, 1)
+        given = order.argsort()
+
         def stacked(steps: list[Tensor]) -> Tensor:  # [B, T, ...] in the given rows' order, zeros after each row's end
-            if order is None:
-                return torch.stack(steps, 1)
             x = torch.stack([F.pad(step, (0, 0) * (step.dim() - 1) + (0, B - step.size(0))) for step in steps], 1)
-            return F.pad(x, (0, 0) * (x.dim() - 2) + (0, T - x.size(1)))[order.argsort()]
+            return F.pad(x, (0, 0) * (x.dim() - 2) + (0, T - x.size(1)))[given]
         return stacked(outs), stacked(p_gen_logits), stacked(attns), stacked(cov_losses)
 
     def teacher_forced(self, enc: EncoderOutput, dec_in: Tensor, target: Tensor,
@@ -290,8 +292,10 @@ class PointerGenerator(nn.Module):
         `temperature` τ ≠ 1: log q(target_t) for q ∝ p^(1/τ) without <pad> and <s>, the distribution that a
         sampler at τ draws from (its normaliser needs all of [B, T, X])."""
         real = target != self.config.pad_id  # only these positions go through the big output layer
-        lengths = (real * torch.arange(1, real.size(1) + 1, device=real.device)).amax(1)  # <pad> only after the end
-        out, p_gen_logit, attn, cov_loss = self._unroll(enc, dec_in, None if launch_bound(dec_in.device) else lengths)
+        lengths = None  # where a step is launch-bound, every row runs to the width: fewer launches than stopping
+        if not launch_bound(dec_in.device):  # <pad> only after the end: a row's length is its last real position
+            lengths = (real * torch.arange(1, real.size(1) + 1, device=real.device)).amax(1)
+        out, p_gen_logit, attn, cov_loss = self._unroll(enc, dec_in, lengths)
         if temperature != 1.0:
             scaled = self.log(self._extended_probs(out, p_gen_logit, attn, enc)) / temperature  # [B, T, X]
             scaled[..., [self.config.pad_id, self.config.bos_id]] = float("-inf")  # never drawn (decoding._processors)

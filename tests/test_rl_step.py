@@ -6,9 +6,8 @@ from unittest.mock import patch
 import pytest
 import torch
 
-from models import decoding
+from models import decoding, pointer_generator
 from models.decoding import BlockRepeatedTrigrams, MinLength, greedy
-from models import pointer_generator
 from models.pointer_generator import EncoderOutput
 from models.text.batch import Batch, Example, collate
 from models.text.vocab import Vocabulary
@@ -89,7 +88,7 @@ def mixed_step_gradient(seed: int, samples: int, temperature: float, coverage: b
         module.model.w_c.fill_(0.3 if coverage else 0.0)  # coverage that changes the attention
     module.to(device)
     batch = varied_batch(module.vocab).to(device)
-    selects = []  # rows of each EncoderOutput.index_select call
+    selects = []  # the index of each EncoderOutput.index_select call (rows, or a slice of them)
     select = EncoderOutput.index_select
     with patch.object(EncoderOutput, "index_select", lambda self, index: selects.append(index) or
                       select(self, index)):
