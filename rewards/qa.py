@@ -168,9 +168,12 @@ class ClozeQuestions:
 
 
 # ---------------------------------------------------------------- SQuAD scoring
+_PUNCTUATION = frozenset(string.punctuation)
+
+
 def normalize_answer(text: str) -> str:
     """SQuAD's normalisation: lower case, no punctuation, no articles, single spaces."""
-    text = "".join(c for c in text.lower() if c not in set(string.punctuation))
+    text = "".join(c for c in text.lower() if c not in _PUNCTUATION)
     return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
 
 
@@ -215,24 +218,46 @@ class ExtractiveQA:
         return self.tokenizer(answer, add_special_tokens=False)["input_ids"]
 
     def read(self, questions: list[str], contexts: list[str], answers: list[str],
-             device: torch.device | str = "cpu") -> dict[str, Tensor]:
+             device: torch.device | str = "cpu", predicted_conf: bool = True) -> dict[str, Tensor]:
         """Per (question, context, true answer): `fscore` and `exact` (SQuAD F1 and EM of the best span), `conf`
         (probability of the true answer's span, its most likely occurrence; 0 where the context lacks it) and
         `predicted_conf` (the best span's probability: SummaQA's "confidence"). Float tensors [P] on `device`.
         Pairs are read in order of length, in forward passes of at most `pairs_per_forward` pairs, each padded to its
-        own longest pair: little padding, and bounded memory (attention memory grows with pairs × length²)."""
-        keys = ("fscore", "exact", "conf", "predicted_conf")
-        if not questions:
-            return {k: torch.zeros(0, device=device) for k in keys}
-        tokens = self.tokenizer([q.replace(MASK, self.mask) for q in questions], contexts, truncation="only_second",
-                                max_length=self.max_length)["input_ids"]
-        lengths = [len(ids) for ids in tokens]
-        order = sorted(range(len(questions)), key=lengths.__getitem__)
+        own longest pair: little padding, and bounded memory (attention memory grows with pairs × length²).
+        `predicted_conf=False`: pairs that `could_score` rules out are not read (fscore, exact and conf are 0 whatever
+        the model says; their predicted_conf is NaN); `read` is 1 where the model read the pair."""
+        P = len(questions)
+        out = {k: torch.zeros(P, device=device) for k in ("fscore", "exact", "conf", "read")}
+        out["predicted_conf"] = torch.full((P,), 0.0 if predicted_conf else torch.nan, device=device)
+        read = range(P) if predicted_conf else [i for i, ok in enumerate(self.could_score(contexts, answers)) if ok]
+        if not read:
+            return out
+        tokens = self.tokenizer([questions[j].replace(MASK, self.mask) for j in read], [contexts[j] for j in read],
+                                truncation="only_second", max_length=self.max_length)["input_ids"]
+        order = [read[i] for i in sorted(range(len(read)), key=lambda i: len(tokens[i]))]
         chunks = [order[i:i + self.pairs_per_forward] for i in range(0, len(order), self.pairs_per_forward)]
         parts = [self._read([questions[j] for j in chunk], [contexts[j] for j in chunk], [answers[j] for j in chunk],
                             device) for chunk in chunks]
-        unsort = torch.tensor(order, device=device).argsort()
-        return {k: torch.cat([p[k] for p in parts])[unsort] for k in keys}
+        index = torch.tensor(order, device=device)
+        for key in parts[0]:
+            out[key][index] = torch.cat([part[key] for part in parts])
+        out["read"][index] = 1.0
+        return out
+
+    def could_score(self, contexts: list[str], answers: list[str]) -> list[bool]:
+        """Whether a span of each context could share a word with its answer, so that its fscore, exact or conf
+        could be above 0. A span's SQuAD-normalised words are pieces of the context as the tokenizer spells it
+        ([UNK], lower case, accents stripped), so one of the answer's words must occur in that spelling with spaces
+        and punctuation removed (true may still score 0; false never could)."""
+        def squashed(text: str) -> str:
+            return "".join(c for c in text.lower() if c not in _PUNCTUATION and not c.isspace())
+        spelled = {c: squashed(self.tokenizer.decode(self.tokenizer(c, add_special_tokens=False)["input_ids"]))
+                   for c in set(contexts)}
+        could = []
+        for context, answer in zip(contexts, answers):
+            words = normalize_answer(self.tokenizer.decode(self.answer_ids(answer))).split()
+            could.append(not words or any(word in spelled[context] for word in words))
+        return could
 
     @torch.inference_mode()
     def _read(self, questions: list[str], contexts: list[str], answers: list[str],
@@ -307,8 +332,9 @@ class QAMetrics:
     """QAfscore and QAconf of each summary: questions about its article (`questions_from="article"`: the paper's
     unsupervised metrics) or its reference ("reference": supervised), answered from the summary alone and averaged
     per document. All pairs of a batch share one forward pass; the last batch's scores are kept, so QAconf and
-    QAfscore terms of one weighted sum cost one pass. A document without questions scores 0 (counted in
-    `diagnostics`); a reference-based metric is NaN (not applicable) without a reference."""
+    QAfscore terms of one weighted sum cost one pass. With `confidence="true_answer"` pairs that could not score are
+    not read (`ExtractiveQA.could_score`). A document without questions scores 0 (counted in `diagnostics`); a
+    reference-based metric is NaN (not applicable) without a reference."""
 
     def __init__(self, qa: ExtractiveQA, questions: ClozeQuestions, questions_from: str = "article",
                  confidence: str = "true_answer"):
@@ -338,7 +364,7 @@ class QAMetrics:
         row_of = [r for r, qs in enumerate(per_row) for _ in qs]
         flat = [q for qs in per_row for q in qs]
         read = self.qa.read([q.question for q in flat], [summaries[r] for r in row_of], [q.answer for q in flat],
-                            device=inputs.device)
+                            device=inputs.device, predicted_conf=self.confidence == "predicted_span")
         B, index = len(texts), torch.tensor(row_of, dtype=torch.long, device=inputs.device)
         counts = torch.bincount(index, minlength=B).float()
         conf_key = "conf" if self.confidence == "true_answer" else "predicted_conf"
@@ -349,7 +375,8 @@ class QAMetrics:
             value = torch.where(counts > 0, total / counts.clamp(min=1), 0.0)
             out[name] = value.masked_fill(missing, torch.nan)
         self.diagnostics = {"qa_questions": float(counts.mean()),
-                            "qa_no_questions": float(((counts == 0) & ~missing).float().mean())}
+                            "qa_no_questions": float(((counts == 0) & ~missing).float().mean()),
+                            "qa_pairs_read": float(read["read"].mean()) if len(flat) else 0.0}
         self._last = (inputs, out)
         return out
 

@@ -110,7 +110,8 @@ def evaluate(model_dir: str, pairs: list[tuple[ClozeQuestion, str, int]], batch_
     scores = {"exact": [], "fscore": []}
     for i in range(0, len(pairs), batch_size):
         chunk = pairs[i:i + batch_size]
-        out = qa.read([q.question for q, _, _ in chunk], [c for _, c, _ in chunk], [q.answer for q, _, _ in chunk])
+        out = qa.read([q.question for q, _, _ in chunk], [c for _, c, _ in chunk], [q.answer for q, _, _ in chunk],
+                      predicted_conf=False)
         for key in scores:
             scores[key] += out[key].tolist()
     return {"em": sum(scores["exact"]) / len(pairs), "f1": sum(scores["fscore"]) / len(pairs), "n": len(pairs)}

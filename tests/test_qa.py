@@ -142,6 +142,33 @@ def test_true_answer_probability_is_the_models_and_zero_when_absent(tiny_qa_mode
     assert rounded == pytest.approx(out["conf"][0].item(), rel=0.05) and rounded != out["conf"][0].item()
 
 
+def test_pairs_that_could_not_score_are_not_read_and_score_zero_as_before(tiny_qa_model, monkeypatch):
+    """Without SummaQA's predicted-span confidence, a pair whose context holds none of its answer's words skips the
+    network: its fscore, exact and conf are those of reading it (0). An answer written otherwise in the context (an
+    apostrophe split off, an accent on either side) still occurs as the tokenizer spells it, and an answer with no
+    word left after SQuAD's normalisation (an article) could still be read off: both are read."""
+    qa = ExtractiveQA(tiny_qa_model, cpu_bf16=False)
+    pairs = [(f"He met {MASK} in Berlin .", "angela merkel met the president in berlin .", "Angela Merkel"),
+             (f"{MASK} visited Berlin .", "obama's visit to berlin .", "Obama 's"),
+             (f"The {MASK} opened .", "the café opened in berlin .", "Cafe"),
+             (f"The {MASK} closed .", "the cafe closed .", "Café"),
+             (f"{MASK} dog ran .", "the dog ran .", "The"),
+             (f"He met {MASK} in Paris .", "the president visited paris .", "Angela Merkel"),
+             (f"The president visited {MASK} .", "", "Paris"),
+             (f"Police visited {MASK} .", "police said it .", "Paris")]
+    questions, contexts, answers = map(list, zip(*pairs))
+    every_pair = qa.read(questions, contexts, answers)
+    read = []
+    monkeypatch.setattr(qa, "_read", lambda q, *rest: read.extend(q) or ExtractiveQA._read(qa, q, *rest))
+    some = qa.read(questions, contexts, answers, predicted_conf=False)
+    assert sorted(read) == sorted(questions[:5])
+    assert (every_pair["conf"][:5] > 0).all()  # the five answers do occur in their contexts
+    for key in ("fscore", "exact", "conf"):
+        torch.testing.assert_close(some[key], every_pair[key], msg=key)
+    assert some["predicted_conf"][5:].isnan().all() and not some["predicted_conf"][:5].isnan().any()
+    assert some["read"].tolist() == [1.0] * 5 + [0.0] * 3 and every_pair["read"].tolist() == [1.0] * 8
+
+
 def test_no_nan_for_empty_summaries_or_articles_without_questions(tiny_qa_model):
     qa = metrics(tiny_qa_model)
     scores = qa.scores(inputs(["", "the cat sat .", "the president visited berlin ."],
