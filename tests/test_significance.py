@@ -519,3 +519,45 @@ def test_table4_refuses_to_score_an_article_reading_metric_without_the_article(t
                                          r"not keep"):
         load_script("table4").main([str(tmp_path / "runs"), "--metrics", "overlap", "--config-dir",
                                     str(tmp_path / "my_conf"), "--resamples", "20", "--out", str(tmp_path)])
+
+
+# ---------------------------------------------------------------- compare_sweeps.py
+
+def write_sweep_run(root: Path, seed: int, batch_size: int, summaries: list[str], references: list[str],
+                    curve: list[tuple[int, float]]) -> None:
+    run = root / f"seed_{seed}" / "rouge_l"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(run_config("rouge_l", RougeL(), seed=seed, data={"batch_size": batch_size}))
+    write_jsonl(run / "summaries.jsonl", [{"id": f"art-{i:02d}", "summary": s, "reference": r, "scores": {}}
+                                          for i, (s, r) in enumerate(zip(summaries, references))])
+    (run / "val_curve.csv").write_text("step,val/test_metric\n" + "".join(f"{s},{v}\n" for s, v in curve))
+
+
+def test_compare_sweeps_pairs_runs_by_name_and_seed(tmp_path, capsys):
+    """Sweep B's seed-0 run is perfect where A's gets half of each reference; seed 1 is the same in both (and not
+    seed 0's). The
+    difference is the rouge-score one, significant for seed 0 only; the curves are drawn against examples seen."""
+    from rouge_score import rouge_scorer
+    rng = np.random.default_rng(0)
+    references = [" ".join(rng.choice(WORDS, size=6, replace=False)) + " ." for _ in range(30)]
+    half = [" ".join(r.split()[:3] + UNRELATED[:3]) + " ." for r in references]
+    third = [" ".join(r.split()[:2] + UNRELATED[:4]) + " ." for r in references]
+    write_sweep_run(tmp_path / "a", 0, 16, half, references, [(0, 40.0), (25, 50.0), (50, 55.0)])
+    write_sweep_run(tmp_path / "a", 1, 16, third, references, [(0, 40.0), (25, 45.0), (50, 50.0)])
+    write_sweep_run(tmp_path / "b", 0, 32, references, references, [(0, 40.0), (12, 60.0), (25, 70.0)])
+    write_sweep_run(tmp_path / "b", 1, 32, third, references, [(0, 40.0), (12, 49.0), (25, 54.0)])
+    load_script("compare_sweeps").main(["--a", str(tmp_path / "a" / "seed_0"), str(tmp_path / "a" / "seed_1"),
+                                        "--b", str(tmp_path / "b" / "seed_0"), str(tmp_path / "b" / "seed_1"),
+                                        "--labels", "batch 16", "batch 32", "--out", str(tmp_path / "out")])
+    report = capsys.readouterr().out
+    assert report.strip() == (tmp_path / "out" / "compare.md").read_text().strip()
+    row = next(line for line in report.splitlines() if line.startswith("| Mixed w/ ROUGE-L"))
+    scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
+    gain = np.mean([100 - 100 * scorer.score(r, h)["rougeL"].fmeasure for r, h in zip(references, half)])
+    cells = row.strip("| ").split(" | ")
+    assert cells[:3] == ["Mixed w/ ROUGE-L", "rougeL", "2"]
+    assert float(cells[4]) - float(cells[3]) == pytest.approx(gain / 2, abs=0.01)
+    seed_0, seed_1 = cells[6].split("; ")
+    assert seed_0.startswith(f"0: +{gain:.2f} [") and seed_0.endswith("]*")
+    assert seed_1 == "1: +0.00 [+0.00, +0.00]"
+    assert (tmp_path / "out" / "compare_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,123 @@
+"""Two sweeps of one grid, run by run: sweep B − sweep A on each run's own test metric, and their validation curves
+against the examples seen (for a change that alters the batch size, the learning rate, the steps).
+
+    python scripts/compare_sweeps.py --a runs/batch16 --b runs/batch32 --labels "batch 16" "batch 32" --out docs/b32
+
+Runs pair by (run name, seed). Each pair is compared article by article on the run's test metric (`table4.py`
+scores them the same way), with a paired bootstrap per seed and a two-level one (seeds, then articles) pooled over
+the seeds. Writes compare.md (printed too) and compare_curves.png: each run name's validation test metric against
+training examples seen (steps × batch size), A solid, B dashed, one colour per seed. Runs only in one sweep (the MLE
+runs both started from, kept in A) are left out.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from matplotlib.figure import Figure
+from omegaconf import OmegaConf
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from models.text.records import csv_rows  # noqa: E402
+from scripts.cli import add_config_dir_argument, compose_rewards  # noqa: E402
+from scripts.table4 import LEVEL, Run, find_runs, format_interval, score_run  # noqa: E402
+from trainer.evaluate import ROUGE_KEYS  # noqa: E402
+from trainer.significance import paired_bootstrap, paired_differences, pooled_bootstrap  # noqa: E402
+from trainer.tables import markdown_table  # noqa: E402
+
+
+def runs_by_key(folders: list[Path]) -> dict[tuple[str, int | None], Run]:
+    runs = {}
+    for path in find_runs(folders):
+        run = Run.read(path)
+        if (run.run_name, run.seed) in runs:
+            raise SystemExit(f"compare_sweeps: two runs named {run.run_name!r} of seed {run.seed}: "
+                             f"{runs[run.run_name, run.seed].path} and {path}")
+        runs[run.run_name, run.seed] = run
+    return runs
+
+
+def examples_curve(run: Run) -> tuple[list[float], list[float]]:
+    """(examples seen, validation test metric) at each validation of the run."""
+    batch_size = OmegaConf.load(run.path / "config.yaml").data.batch_size
+    rows = [row.data for row in csv_rows(run.path / "val_curve.csv")]
+    return [float(r["step"]) * batch_size for r in rows], [float(r["val/test_metric"]) for r in rows]
+
+
+def plot(pairs: dict[tuple[str, int | None], tuple[Run, Run]], labels: tuple[str, str], path: Path) -> None:
+    names = sorted({name for name, _ in pairs})
+    figure = Figure(figsize=(4.2 * len(names), 3.4))
+    axes = figure.subplots(1, len(names), squeeze=False)[0]
+    seeds = sorted({seed for _, seed in pairs}, key=lambda s: -1 if s is None else s)
+    for ax, name in zip(axes, names):
+        named = {seed: runs for (run_name, seed), runs in pairs.items() if run_name == name}
+        for seed, runs in named.items():
+            for run, style, label in zip(runs, ("-", "--"), labels):
+                if (run.path / "val_curve.csv").exists():
+                    ax.plot(*examples_curve(run), style, color=f"C{seeds.index(seed)}", label=f"{label}, seed {seed}")
+        first = next(iter(named.values()))[0]
+        ax.set(title=first.row, xlabel="training examples seen", ylabel=f"validation {first.test_metric}")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    figure.suptitle(f"{labels[1]} (dashed) against {labels[0]} (solid)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--a", nargs="+", type=Path, required=True,
+                        help="the sweep compared against (or one folder per seed)")
+    parser.add_argument("--b", nargs="+", type=Path, required=True)
+    parser.add_argument("--labels", nargs=2, default=["A", "B"])
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides of the metric configs")
+    add_config_dir_argument(parser)
+    parser.add_argument("--out", type=Path, required=True, help="where to write compare.md and compare_curves.png")
+    parser.add_argument("--resamples", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap's resampling")
+    args = parser.parse_args(argv)
+
+    a_runs, b_runs = runs_by_key(args.a), runs_by_key(args.b)
+    pairs = {key: (a_runs[key], b_runs[key]) for key in sorted(a_runs.keys() & b_runs.keys(), key=str)
+             if a_runs[key].test_metric}
+    if not pairs:
+        raise SystemExit("compare_sweeps: no run of --b has a namesake of the same seed in --a")
+    metric_names = sorted({a.test_metric for a, _ in pairs.values()} - set(ROUGE_KEYS))  # ROUGE is always scored
+    metrics = compose_rewards(metric_names, args.set, args.config_dir)
+    deltas: dict[str, dict[int | None, object]] = {}
+    means: dict[str, tuple[list[float], list[float]]] = {}
+    for (name, seed), (a, b) in pairs.items():
+        (a_mean, a_scores), (b_mean, b_scores) = score_run(a, metrics), score_run(b, metrics)
+        metric = a.test_metric
+        deltas.setdefault(name, {})[seed] = paired_differences(b_scores, a_scores, metric, str(b.path), str(a.path))
+        means.setdefault(name, ([], []))
+        means[name][0].append(a_mean[metric])
+        means[name][1].append(b_mean[metric])
+    table = []
+    for name, per_seed in deltas.items():
+        row = pairs[next(key for key in pairs if key[0] == name)][0]
+        pooled = pooled_bootstrap(list(per_seed.values()), args.resamples, args.seed, LEVEL)
+        seeds = [f"{seed}: {format_interval(interval)}{'*' * interval.significant}" for seed, interval in
+                 ((s, paired_bootstrap(d, args.resamples, args.seed, LEVEL)) for s, d in per_seed.items())]
+        a_values, b_values = means[name]
+        table.append([row.row, row.test_metric, str(len(per_seed)), f"{sum(a_values) / len(a_values):.2f}",
+                      f"{sum(b_values) / len(b_values):.2f}", format_interval(pooled) + "*" * pooled.significant,
+                      "; ".join(seeds)])
+    a_label, b_label = args.labels
+    report = markdown_table(["row", "metric", "seeds", a_label, b_label, f"{b_label} − {a_label}, pooled",
+                             "per seed"], table)
+    report += (f"\n\nMeans over the seeds; {LEVEL:.0%} paired bootstrap intervals over the test articles "
+               f"({args.resamples:,} resamples; pooled: seeds, then articles); * the interval excludes 0.")
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    plot(pairs, (a_label, b_label), out / "compare_curves.png")
+    report += f"\n\nValidation curves against the examples seen: {out / 'compare_curves.png'}"
+    print(report)
+    (out / "compare.md").write_text(report + "\n")
+
+
+if __name__ == "__main__":
+    main()
