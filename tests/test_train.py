@@ -139,7 +139,7 @@ def test_mixed_run_with_the_learned_qa_metric(mle_run, tiny_qa_model):
                                           "trainer.val_check_interval=2", *model, "+reward@metrics.qa_conf=qa_conf",
                                           f"metrics.qa_conf.qa.model={tiny_qa_model}"]))
     assert 0 <= results["qa_conf"] <= 100
-    for key in ("rouge_l", "qa_conf", "qa_fscore", "qa_questions", "qa_no_questions"):
+    for key in ("rouge_l", "qa_conf", "qa_fscore", "qa_questions", "qa_no_questions", "qa_pairs_read"):
         assert len(logged(tmp / "qa", f"train/reward/{key}")) == 2
     saved = torch.load(tmp / "qa" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     start = torch.load(best, map_location="cpu", weights_only=False)
