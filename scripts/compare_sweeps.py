@@ -61,7 +61,7 @@ def plot(pairs: dict[tuple[str, int | None], tuple[Run, Run]], labels: tuple[str
         first = next(iter(named.values()))[0]
         ax.set(title=first.row, xlabel="training examples seen", ylabel=f"validation {first.test_metric}")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
+    axes[-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))  # off the curves
     figure.suptitle(f"{labels[1]} (dashed) against {labels[0]} (solid)")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
