@@ -253,11 +253,8 @@ class ExtractiveQA:
             return "".join(c for c in text.lower() if c not in _PUNCTUATION and not c.isspace())
         spelled = {c: squashed(self.tokenizer.decode(self.tokenizer(c, add_special_tokens=False)["input_ids"]))
                    for c in set(contexts)}
-        could = []
-        for context, answer in zip(contexts, answers):
-            words = normalize_answer(self.tokenizer.decode(self.answer_ids(answer))).split()
-            could.append(not words or any(word in spelled[context] for word in words))
-        return could
+        words = {a: normalize_answer(self.tokenizer.decode(self.answer_ids(a))).split() for a in set(answers)}
+        return [not words[a] or any(word in spelled[c] for word in words[a]) for c, a in zip(contexts, answers)]
 
     @torch.inference_mode()
     def _read(self, questions: list[str], contexts: list[str], answers: list[str],

@@ -15,6 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
+import numpy as np
 from matplotlib.figure import Figure
 from omegaconf import OmegaConf
 
@@ -87,36 +88,30 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("compare_sweeps: no run of --b has a namesake of the same seed in --a")
     metric_names = sorted({a.test_metric for a, _ in pairs.values()} - set(ROUGE_KEYS))  # ROUGE is always scored
     metrics = compose_rewards(metric_names, args.set, args.config_dir)
-    deltas: dict[str, dict[int | None, object]] = {}
-    means: dict[str, tuple[list[float], list[float]]] = {}
+    by_name: dict[str, list[tuple[int | None, float, float, np.ndarray]]] = {}  # seed, A's mean, B's mean, B − A
     for (name, seed), (a, b) in pairs.items():
         (a_mean, a_scores), (b_mean, b_scores) = score_run(a, metrics), score_run(b, metrics)
         metric = a.test_metric
-        deltas.setdefault(name, {})[seed] = paired_differences(b_scores, a_scores, metric, str(b.path), str(a.path))
-        means.setdefault(name, ([], []))
-        means[name][0].append(a_mean[metric])
-        means[name][1].append(b_mean[metric])
+        deltas = paired_differences(b_scores, a_scores, metric, str(b.path), str(a.path))
+        by_name.setdefault(name, []).append((seed, a_mean[metric], b_mean[metric], deltas))
     table = []
-    for name, per_seed in deltas.items():
-        row = pairs[next(key for key in pairs if key[0] == name)][0]
-        pooled = pooled_bootstrap(list(per_seed.values()), args.resamples, args.seed, LEVEL)
-        seeds = [f"{seed}: {format_interval(interval)}{'*' * interval.significant}" for seed, interval in
-                 ((s, paired_bootstrap(d, args.resamples, args.seed, LEVEL)) for s, d in per_seed.items())]
-        a_values, b_values = means[name]
-        table.append([row.row, row.test_metric, str(len(per_seed)), f"{sum(a_values) / len(a_values):.2f}",
-                      f"{sum(b_values) / len(b_values):.2f}", format_interval(pooled) + "*" * pooled.significant,
-                      "; ".join(seeds)])
+    for name, seeds in by_name.items():
+        row = next(a for (run_name, _), (a, _) in pairs.items() if run_name == name)
+        pooled = pooled_bootstrap([d for *_, d in seeds], args.resamples, args.seed, LEVEL)
+        per_seed = [(seed, paired_bootstrap(d, args.resamples, args.seed, LEVEL)) for seed, *_, d in seeds]
+        table.append([row.row, row.test_metric, str(len(seeds)), f"{np.mean([a for _, a, _, _ in seeds]):.2f}",
+                      f"{np.mean([b for _, _, b, _ in seeds]):.2f}", format_interval(pooled) + "*" * pooled.significant,
+                      "; ".join(f"{seed}: {format_interval(i)}{'*' * i.significant}" for seed, i in per_seed)])
     a_label, b_label = args.labels
     report = markdown_table(["row", "metric", "seeds", a_label, b_label, f"{b_label} − {a_label}, pooled",
                              "per seed"], table)
     report += (f"\n\nMeans over the seeds; {LEVEL:.0%} paired bootstrap intervals over the test articles "
                f"({args.resamples:,} resamples; pooled: seeds, then articles); * the interval excludes 0.")
-    out = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    plot(pairs, (a_label, b_label), out / "compare_curves.png")
-    report += f"\n\nValidation curves against the examples seen: {out / 'compare_curves.png'}"
+    args.out.mkdir(parents=True, exist_ok=True)
+    plot(pairs, (a_label, b_label), args.out / "compare_curves.png")
+    report += f"\n\nValidation curves against the examples seen: {args.out / 'compare_curves.png'}"
     print(report)
-    (out / "compare.md").write_text(report + "\n")
+    (args.out / "compare.md").write_text(report + "\n")
 
 
 if __name__ == "__main__":

@@ -535,8 +535,8 @@ def write_sweep_run(root: Path, seed: int, batch_size: int, summaries: list[str]
 
 def test_compare_sweeps_pairs_runs_by_name_and_seed(tmp_path, capsys):
     """Sweep B's seed-0 run is perfect where A's gets half of each reference; seed 1 is the same in both (and not
-    seed 0's). The
-    difference is the rouge-score one, significant for seed 0 only; the curves are drawn against examples seen."""
+    seed 0's). The difference is the rouge-score one, significant for seed 0 only; the curves are drawn against
+    examples seen."""
     from rouge_score import rouge_scorer
     rng = np.random.default_rng(0)
     references = [" ".join(rng.choice(WORDS, size=6, replace=False)) + " ." for _ in range(30)]
