@@ -29,6 +29,7 @@ from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
 from models.text.batch import Example, collate
 from models.text.records import jsonl_rows
 from models.text.vocab import Vocabulary, tokenize_sentences
+from trainer.host_memory import keep_freed_memory
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "cnndm_see2017_test.jsonl"
 
@@ -51,8 +52,12 @@ def see_et_al_setup(parser: argparse.ArgumentParser, steps: int) -> tuple[argpar
     parser.add_argument("--steps", type=int, default=steps, help="timed steps (after the warm-up)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--return-freed-memory", action="store_true",
+                        help="glibc's default allocator settings, not those training runs with (keep_freed_memory=false)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if not args.return_freed_memory:
+        keep_freed_memory()
     torch.manual_seed(0)
     return args, torch.device(args.device), build_vocab(args.data, 50_000)
 

@@ -28,6 +28,7 @@ from trainer.checkpoints import (AtomicCheckpointIO, check_resume, check_vocabul
                                  keep_start_as_best, load_model_weights)
 from trainer.data import SummarizationData
 from trainer.evaluate import results_table, table_record
+from trainer.host_memory import keep_freed_memory
 from trainer.module import SummarizationModule
 
 log = logging.getLogger(__name__)
@@ -241,6 +242,8 @@ def run(cfg: DictConfig) -> dict:
     pl.seed_everything(cfg.seed, workers=True)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    if cfg.keep_freed_memory:
+        keep_freed_memory()
     last = Path(cfg.output_dir) / "checkpoints" / "last.ckpt"
     if cfg.resume_if_exists and not cfg.ckpt_path and last.exists():  # a requeued cluster job picks up its run
         cfg.ckpt_path = str(last)
