@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from models.text.extras import optional
 from models.text.vectors import minilm_path
 from rewards.base import Display, RewardInput
+from rewards.pretrained import load_pretrained
 
 CHECKPOINT = "ls_score.pt"
 
@@ -87,17 +87,7 @@ class LSScorer(nn.Module):
 
 def load_encoder(name: str):
     """(tokenizer, encoder) of a local directory or hub name; "" is the installed all-MiniLM-L6-v2."""
-    transformers = optional("transformers", "qa")
-    location = name or minilm_path()
-    if Path(location).expanduser().exists():
-        location = str(Path(location).expanduser())
-    try:
-        # fp32 weights whatever the checkpoint's dtype (transformers loads a half-precision checkpoint as is)
-        return (transformers.AutoTokenizer.from_pretrained(location),
-                transformers.AutoModel.from_pretrained(location, dtype=torch.float32))
-    except (OSError, ValueError) as e:
-        raise ValueError(f"LS-Score encoder {name!r} is neither a local directory nor loadable from the hub "
-                         f"({str(e).splitlines()[0]})") from None
+    return load_pretrained(name or minilm_path(), "AutoModel", "LS-Score encoder")
 
 
 def load_scorer(checkpoint: str | None, **overrides) -> tuple[object, LSScorer]:

@@ -21,7 +21,6 @@ import re
 import string
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Protocol
 
 import torch
@@ -32,6 +31,7 @@ from models.text.vectors import glove_words
 from models.text.vocab import split_sentences
 from rewards.base import Display, RewardInput
 from rewards.embeddings import is_content_word
+from rewards.pretrained import load_pretrained
 
 MASK = "[MASK]"
 
@@ -199,16 +199,9 @@ class ExtractiveQA:
 
     def __init__(self, model: str, max_length: int = 384, max_answer_tokens: int = 30, pairs_per_forward: int = 32,
                  cpu_bf16: bool = True):
-        transformers = optional("transformers", "qa")
-        location = str(Path(model).expanduser()) if Path(model).expanduser().exists() else model
-        try:
-            self.tokenizer = transformers.AutoTokenizer.from_pretrained(location)
-            # fp32 weights whatever the checkpoint's dtype (transformers loads a half-precision checkpoint as is)
-            self.network = transformers.AutoModelForQuestionAnswering.from_pretrained(location, dtype=torch.float32)
-        except (OSError, ValueError) as e:
-            raise ValueError(f"QA model {model!r} is neither a local model directory nor loadable from the hub "
-                             f"({str(e).splitlines()[0]}); train one offline: python scripts/train_cloze_qa.py "
-                             f"--output {model}") from None
+        self.tokenizer, self.network = load_pretrained(
+            model, "AutoModelForQuestionAnswering", "QA model",
+            f"; train one offline: python scripts/train_cloze_qa.py --output {model}")
         self.network.eval().requires_grad_(False)
         self.max_length, self.max_answer_tokens, self.pairs_per_forward = max_length, max_answer_tokens, pairs_per_forward
         self.cpu_bf16 = cpu_bf16

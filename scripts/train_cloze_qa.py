@@ -26,11 +26,11 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models.text.batch import Example  # noqa: E402
 from models.text.vectors import minilm_path  # noqa: E402
+from rewards.pretrained import load_pretrained  # noqa: E402
 from rewards.qa import MASK, ClozeQuestion, ClozeQuestions, ExtractiveQA, SalientSpans  # noqa: E402
 from scripts.cli import load_splits, positive_int, seeded  # noqa: E402
 from trainer.evaluate import as_text  # noqa: E402
@@ -130,8 +130,7 @@ def main(argv: list[str] | None = None) -> int:
           f"from {min(args.eval_articles, len(splits['val']))} validation articles ({time.time() - began:.0f} s)")
 
     base = args.base or minilm_path()
-    tokenizer = AutoTokenizer.from_pretrained(base)
-    model = AutoModelForQuestionAnswering.from_pretrained(base, dtype=torch.float32)
+    tokenizer, model = load_pretrained(base, "AutoModelForQuestionAnswering", "--base")
     model.get_input_embeddings().requires_grad_(args.train_embeddings)
     steps = min(args.epochs * math.ceil(len(train) / args.batch_size), args.max_steps or math.inf)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr, weight_decay=0.01)
