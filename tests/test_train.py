@@ -3,6 +3,7 @@ and writes its results; a mixed run starts from the MLE checkpoint; `table4.py`
 collects both runs into one table. Resuming and the checks of starting points are in test_resume.py."""
 import csv
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -61,12 +62,14 @@ def test_mle_run_trains_checkpoints_and_reports(mle_run):
 
 
 @pytest.mark.slow
-def test_mixed_run_starts_from_mle_and_table4_collects_both(mle_run, capsys):
+def test_mixed_run_starts_from_mle_and_table4_collects_both(mle_run, capsys, caplog):
     tmp, mle_results = mle_run
     best = tmp / "mle" / "checkpoints" / "best.ckpt"
+    caplog.set_level(logging.INFO)
     results = run(compose_run(tmp, "rouge_l", ["reward=rouge_l", f"mle_checkpoint={best}", "trainer.max_steps=4",
                                                 "trainer.val_check_interval=4"]))
     assert results["n"] == 12
+    assert not [r for r in caplog.records if "weights_only" in r.getMessage()]  # no line per checkpoint written
     assert len(logged(tmp / "rouge_l", "train/reward_sample")) == 4
     assert logged(tmp / "rouge_l", "train/gamma")[0] == pytest.approx(0.97)
     assert logged(tmp / "rouge_l", "val/reward")

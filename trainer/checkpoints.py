@@ -121,7 +121,7 @@ class LatestCheckpoint(Checkpoint):
     def save(self, trainer: pl.Trainer) -> None:
         if trainer.sanity_checking or trainer.global_step == self._saved_step:
             return
-        trainer.save_checkpoint(self.path)
+        trainer.save_checkpoint(self.path, weights_only=False)  # said, or Lightning logs a line at each save
         self._saved_step = trainer.global_step
 
     def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
@@ -243,7 +243,7 @@ def keep_start_as_best(trainer: pl.Trainer) -> None:
     if score is None:
         return
     path = str(Path(callback.dirpath) / f"{callback.filename}{callback.FILE_EXTENSION}")
-    trainer.save_checkpoint(path)
+    trainer.save_checkpoint(path, weights_only=False)
     callback.best_model_path = callback.kth_best_model_path = path
     callback.best_model_score = callback.kth_value = score.detach().clone()
     callback.best_k_models = {path: callback.best_model_score}
