@@ -157,6 +157,7 @@ def main() -> None:
 
     print(f"library {Path(trainer.__file__).resolve().parents[1]}; batch {size}, source 400, target 100, hidden 256, "
           f"emb 128, vocab {len(vocab)}, {args.threads} threads, {args.device}{' bf16 autocast' * args.bf16}, "
+          f"{args.host_memory}, "
           f"untrained model (</s> bias "
           f"{args.eos_bias}), mean of {args.steps} steps after {args.warmup} of warm-up; seconds per step (share of "
           f"the step); epoch: {CNNDM_TRAIN_PAIRS:,} CNN/DM pairs at this step time, in hours; sample: mean tokens")

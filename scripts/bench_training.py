@@ -56,8 +56,8 @@ def see_et_al_setup(parser: argparse.ArgumentParser, steps: int) -> tuple[argpar
                         help="glibc's default allocator settings, not those training runs with (keep_freed_memory=false)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    if not args.return_freed_memory:
-        keep_freed_memory()
+    args.host_memory = ("freed memory kept" if not args.return_freed_memory and keep_freed_memory()
+                        else "glibc's allocator defaults")
     torch.manual_seed(0)
     return args, torch.device(args.device), build_vocab(args.data, 50_000)
 
@@ -107,7 +107,7 @@ def main() -> None:
     print(f"MLE step, pointer-generator{' + coverage' if args.coverage else ''}: batch {args.batch_size}, "
           f"source {max(b.src.size(1) for b in batches)}, target {min(target_lens)}-{max(target_lens)} "
           f"(batch max), hidden 256, emb 128, vocab {len(vocab)}, {args.threads} threads "
-          f"(OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}), {args.device}")
+          f"(OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}), {args.device}, {args.host_memory}")
     print(f"{'median step (s)':<24}{median:>10.3f}")
     print(f"{'min / max step (s)':<24}{min(times):>5.2f} / {max(times):.2f}")
     print(f"{'examples / s':<24}{args.batch_size / median:>10.2f}")
