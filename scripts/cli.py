@@ -18,13 +18,14 @@ from typing import Any, Callable, Sequence
 
 import torch
 from hydra import compose, initialize_config_module
-from hydra.errors import ConfigCompositionException, OverrideParseException
+from hydra.errors import ConfigCompositionException, InstantiationException, OverrideParseException
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from models.text.batch import Example
 from models.text.records import DataError, Row
 from rewards.base import Reward
+from rewards.pretrained import PretrainedNotFound
 from rewards.scoring import TOKENIZERS, score_texts
 
 CONF = "conf"  # the package of the shipped configs, found through Hydra's package search path (pkg://conf)
@@ -35,7 +36,7 @@ class InputError(ValueError):
 
 
 # What a command line reports as one line instead of a traceback (DataError: a bad, missing or undecodable file).
-USER_ERRORS = (InputError, DataError, ConfigCompositionException, OverrideParseException)
+USER_ERRORS = (InputError, DataError, PretrainedNotFound, ConfigCompositionException, OverrideParseException)
 
 
 def command(main: Callable[[], Any]) -> Callable[[], None]:
@@ -46,6 +47,10 @@ def command(main: Callable[[], Any]) -> Callable[[], None]:
             main()
         except USER_ERRORS as e:
             sys.exit(f"error: {e}")
+        except InstantiationException as e:  # a config refusing its settings or files, as trainer.train.build reports
+            if not isinstance(e.__cause__, ValueError):
+                raise
+            sys.exit(f"error: {e.__cause__}")
     return run
 
 

@@ -32,7 +32,7 @@ from models.text.batch import Example  # noqa: E402
 from models.text.vectors import minilm_path  # noqa: E402
 from rewards.pretrained import load_pretrained  # noqa: E402
 from rewards.qa import MASK, ClozeQuestion, ClozeQuestions, ExtractiveQA, SalientSpans  # noqa: E402
-from scripts.cli import load_splits, positive_int, seeded  # noqa: E402
+from scripts.cli import command, load_splits, positive_int, seeded  # noqa: E402
 from trainer.evaluate import as_text  # noqa: E402
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -179,5 +179,7 @@ Eyal et al. 2019): an article sentence with a salient span masked; the context i
     return 0
 
 
+cli = command(main)  # bad input is one line, not a traceback
+
 if __name__ == "__main__":
-    sys.exit(main())
+    cli()

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models.text.batch import Example  # noqa: E402
 from models.text.vocab import split_at_sentence_ends  # noqa: E402
 from rewards.ls_score import LSConfig, LSScorer, Negatives, load_encoder, ranking_loss, tokenize_batch  # noqa: E402
-from scripts.cli import int_at_least, load_splits, positive_int, seeded  # noqa: E402
+from scripts.cli import command, int_at_least, load_splits, positive_int, seeded  # noqa: E402
 from trainer.sources import read_id_list  # noqa: E402
 
 HELD_OUT = "cnndm_see2017_test_heldout_overlap.tsv"
@@ -232,5 +232,7 @@ of words deleted; words shuffled within sentences; {args.insert_sentences} artic
     return 0
 
 
+cli = command(main)  # bad input is one line, not a traceback
+
 if __name__ == "__main__":
-    sys.exit(main())
+    cli()

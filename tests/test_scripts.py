@@ -207,6 +207,29 @@ def test_score_command_line_prints_one_line_for_a_missing_input(tmp_path):
     assert result.stderr.strip().splitlines() == [f"error: {tmp_path / 'missing.jsonl'}: No such file or directory"]
 
 
+@pytest.mark.parametrize("script", ["train_cloze_qa", "train_ls_score"])
+def test_a_training_script_reports_a_model_it_cannot_load_in_one_line(tmp_path, monkeypatch, script):
+    """The scripts that train frozen reward models start from a pretrained network (`--base`, `--encoder`)."""
+    missing = str(tmp_path / "nowhere")
+    monkeypatch.setattr(sys, "argv", [script, "--data", "data=demo", "data.train.n=40", "--minutes", "0",
+                                      "--base" if script == "train_cloze_qa" else "--encoder", missing])
+    with pytest.raises(SystemExit) as exit:
+        load_script(script).cli()
+    message = str(exit.value.code)
+    assert message.startswith("error: ") and repr(missing) in message and "\n" not in message
+
+
+def test_score_reports_a_reward_config_that_refuses_its_files_in_one_line(tmp_path, monkeypatch):
+    path = write_jsonl(tmp_path / "rows.jsonl", [{"summary": "a cat .", "reference": "a cat .", "article": "a cat ."}])
+    missing = str(tmp_path / "no_qa_model")
+    monkeypatch.setattr(sys, "argv", ["score", str(path), "--rewards", "qa_conf",
+                                      "--set", f"qa_conf.qa.model={missing}"])
+    with pytest.raises(SystemExit) as exit:
+        load_script("score").cli()
+    message = str(exit.value.code)
+    assert message.startswith(f"error: QA model {missing!r} is neither") and "\n" not in message
+
+
 @pytest.mark.parametrize("script, flags", [("score", []), ("correlate", ["--human", "overall"])])
 @pytest.mark.parametrize("size", ["0", "-1"])
 def test_batch_size_below_one_is_an_argument_error(tmp_path, capsys, script, flags, size):
