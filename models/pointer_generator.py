@@ -33,6 +33,16 @@ class PointerGeneratorConfig:
     eos_id: int = Vocabulary.eos_id
 
 
+def take_rows(value: Tensor, index: Tensor | slice, dim: int = 0) -> Tensor:
+    """Rows `index` of `value` along `dim`: a view for a slice, a copy for a tensor of row numbers (repeats allowed).
+    Both ways of copying add a repeated row's gradients up in backward; on a CPU `index_select` adds them in order,
+    while indexing adds them with atomics across threads, in whatever order the threads get there: at 2 threads
+    every run got another sum, and its own training trajectory (docs/RESULTS.md). On CUDA it is the other way round."""
+    if isinstance(index, Tensor) and value.device.type == "cpu":
+        return value.index_select(dim, index)
+    return value[(slice(None),) * dim + (index,)]
+
+
 @dataclass
 class DecoderState:
     h: Tensor         # [L, B, H] LSTM hidden state per decoder layer
@@ -41,7 +51,8 @@ class DecoderState:
     coverage: Tensor  # [B, S] sum of past attention distributions
 
     def index_select(self, index: Tensor | slice) -> "DecoderState":
-        return DecoderState(self.h[:, index], self.c[:, index], self.context[index], self.coverage[index])
+        return DecoderState(take_rows(self.h, index, 1), take_rows(self.c, index, 1), take_rows(self.context, index),
+                            take_rows(self.coverage, index))
 
 
 @dataclass
@@ -59,7 +70,7 @@ class EncoderOutput:
         """Rows `index` of every field that has rows (repeat rows for sampling twice, reorder beams; a slice: views)."""
         def rows(value):
             if isinstance(value, Tensor):
-                return value[index]
+                return take_rows(value, index)
             return value.index_select(index) if isinstance(value, DecoderState) else value
         return replace(self, **{f.name: rows(getattr(self, f.name)) for f in fields(self)})
 

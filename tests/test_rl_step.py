@@ -8,7 +8,7 @@ import torch
 
 from models import decoding, pointer_generator
 from models.decoding import BlockRepeatedTrigrams, MinLength, greedy
-from models.pointer_generator import EncoderOutput
+from models.pointer_generator import DecoderState, EncoderOutput
 from models.text.batch import Batch, Example, collate
 from models.text.vocab import Vocabulary
 from rewards.qa import MASK, ExtractiveQA
@@ -177,3 +177,33 @@ def test_rows_that_end_leave_the_teacher_forced_pass_and_the_gradient_as_it_was(
         for name, grad in whole.items():
             assert grad.abs().sum() > 0, name
             torch.testing.assert_close(stopping[name], grad, atol=1e-5, rtol=1e-5, msg=f"seed {seed}: {name}")
+
+
+def test_repeated_rows_of_an_encoding_add_their_gradients_in_one_order_at_any_thread_count():
+    """The mixed step reads each article's encoding in 1 + k rows (its reference and its samples). Backward adds the
+    rows' gradients up: the same bits at 2 threads every time, and the same as at 1 thread (where the sum was always
+    in order). Advanced indexing added them with atomics across threads, so at 2 threads each run got another
+    gradient and, steps later, another model."""
+    B, S, D, k = 16, 105, 192, 4  # large enough for torch to spread the adds over threads
+    gen = torch.Generator().manual_seed(0)
+    outputs = torch.randn(B, S, D, generator=gen, requires_grad=True)
+    init = DecoderState(torch.randn(1, B, 8, generator=gen), torch.randn(1, B, 8, generator=gen),
+                        torch.randn(B, D, generator=gen), torch.zeros(B, S))
+    rows = torch.tensor(list(range(B)) + [i for i in range(B) for _ in range(k)])
+    upstream = torch.randn(len(rows), S, D, generator=gen)
+
+    def gradient(threads: int) -> torch.Tensor:
+        torch.set_num_threads(threads)
+        outputs.grad = None
+        mask, src_ext = torch.ones(B, S, dtype=torch.bool), torch.zeros(B, S, dtype=torch.long)
+        enc = EncoderOutput(outputs, 2 * outputs, mask, src_ext, 0, init).index_select(rows)
+        ((enc.outputs + enc.features) * upstream).sum().backward()
+        return outputs.grad.clone()
+
+    before = torch.get_num_threads()
+    try:
+        in_order = gradient(1)
+        at_two = [gradient(2) for _ in range(8)]
+    finally:
+        torch.set_num_threads(before)
+    assert all(torch.equal(grad, in_order) for grad in at_two)
