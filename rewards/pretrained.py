@@ -25,4 +25,4 @@ def load_pretrained(name: str, auto_class: str, what: str, remedy: str = "") -> 
                 getattr(transformers, auto_class).from_pretrained(location, dtype=torch.float32))
     except (OSError, ValueError) as e:
         raise PretrainedNotFound(f"{what} {name!r} is neither a local directory nor loadable from the hub "
-                         f"({str(e).splitlines()[0]}){remedy}") from None
+                                 f"({str(e).splitlines()[0]}){remedy}") from None
