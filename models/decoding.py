@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, Protocol, Sequence
 
 import torch
 from torch import Tensor
 
-from models.pointer_generator import EncoderOutput, PointerGenerator, launch_bound
+from models.pointer_generator import DecoderState, EncoderOutput, PointerGenerator, launch_bound
 from models.text.vocab import Vocabulary
 
 
@@ -102,24 +103,95 @@ def _processors(model: PointerGenerator, extra: Sequence[StepProcessor]) -> list
 SHRINK_AT = 0.25
 # Steps between two looks at which rows have ended, where the decode step is launch-bound (`launch_bound`).
 CHECK_EVERY_LAUNCH_BOUND = 8
+# On CUDA, a decode without gradient replays each step from one captured CUDA graph (`CapturedStep`).
+CUDA_GRAPHS = True
+
+
+class Step:
+    """The decoder's next-token probabilities from the chosen ids, `model.step_probs`, keeping its state."""
+
+    def __init__(self, model: PointerGenerator, enc: EncoderOutput):
+        self.model, self.enc, self.state = model, enc, model.initial_state(enc)
+
+    def __call__(self, ids: Tensor) -> Tensor:
+        probs, self.state, _ = self.model.step_probs(self.enc, self.state, ids)
+        return probs
+
+    def keep(self, rows: Tensor) -> None:
+        """Only these rows decode on."""
+        self.enc, self.state = self.enc.index_select(rows), self.state.index_select(rows)
+
+
+@cache
+def _graph_pool(device: torch.device) -> tuple[int, int]:
+    """One memory pool for every decode's graph, so that a finished decode's graph memory serves the next."""
+    return torch.cuda.graph_pool_handle()
+
+
+@cache
+def _capture_stream(device: torch.device) -> torch.cuda.Stream:
+    """One side stream for every capture: the allocator caches freed blocks per stream, and `torch.cuda.Stream()`
+    hands out a pool's streams in turn, so a new one per decode would keep its warm-up's memory on each of them."""
+    return torch.cuda.Stream(device)
+
+
+# The latest graph per device: it keeps the shared pool open between decodes (a pool whose graphs are all gone is
+# released, and its id cannot serve again), so the pool's memory stays for the next decode.
+_LATEST_GRAPH: dict[torch.device, torch.cuda.CUDAGraph] = {}
+
+
+class CapturedStep(Step):
+    """`Step`, captured once as a CUDA graph and replayed: a decoder step is a few dozen small kernels, and on a GPU
+    launching them is its time (docs/RESULTS.md). The graph copies the new state into its own inputs, so a replay
+    needs only the chosen ids copied in; its shapes are fixed, so rows cannot leave (no `keep`). The tokens are the
+    eager loop's (tests/test_rl_step.py)."""
+
+    def __init__(self, model: PointerGenerator, enc: EncoderOutput):
+        super().__init__(model, enc)
+        self.state = DecoderState(*(t.clone() for t in vars(self.state).values()))
+        self.ids = torch.full((enc.src_ext.size(0),), model.config.bos_id, dtype=torch.long, device=enc.src_ext.device)
+        self.graph = torch.cuda.CUDAGraph()
+        stream = _capture_stream(enc.src_ext.device)
+        stream.wait_stream(torch.cuda.current_stream())
+        # autocast's cache of cast weights would hand the training step tensors from the graph's memory
+        autocast = torch.autocast("cuda", torch.get_autocast_dtype("cuda"), torch.is_autocast_enabled("cuda"),
+                                  cache_enabled=False)
+        with torch.cuda.stream(stream), autocast:
+            model.step_probs(enc, self.state, self.ids)  # warm-up off the graph: lazy initialisation, cuBLAS workspaces
+            # capture_begin, not the `torch.cuda.graph` context, which empties the allocator's cache at every capture
+            self.graph.capture_begin(_graph_pool(enc.src_ext.device), capture_error_mode="thread_local")
+            try:
+                self.probs, state, _ = model.step_probs(enc, self.state, self.ids)
+                for static, new in zip(vars(self.state).values(), vars(state).values()):
+                    static.copy_(new)
+            finally:
+                self.graph.capture_end()
+        torch.cuda.current_stream().wait_stream(stream)
+        _LATEST_GRAPH[enc.src_ext.device] = self.graph
+
+    def __call__(self, ids: Tensor) -> Tensor:
+        self.ids.copy_(ids)
+        self.graph.replay()
+        return self.probs
 
 
 def _decode(model: PointerGenerator, enc: EncoderOutput, max_len: int, choose: Chooser,
             processors: Sequence[StepProcessor]) -> Decoded:
     """Run the decoder, picking each next token with `choose`. On a CPU, rows that have ended leave the batch that the
     decoder runs on once they are `SHRINK_AT` of it, and the loop stops at the step where the last row ends. Where the
-    step is launch-bound the batch stays whole and the loop looks every `CHECK_EVERY_LAUNCH_BOUND` steps; the tokens
-    are the same."""
+    step is launch-bound the batch stays whole and the loop looks every `CHECK_EVERY_LAUNCH_BOUND` steps; on CUDA,
+    without gradient, the step is a `CapturedStep`. The tokens are the same."""
     cfg = model.config
     B, device = enc.src_ext.size(0), enc.src_ext.device
     shrink, check_every = (False, CHECK_EVERY_LAUNCH_BOUND) if launch_bound(device) else (True, 1)
-    state = model.initial_state(enc)
-    live = torch.arange(B, device=device)  # the batch rows that `enc`, `state`, `ids` and `done` hold, in order
+    captured = not shrink and device.type == "cuda" and CUDA_GRAPHS and not torch.is_grad_enabled()
+    step = CapturedStep(model, enc) if captured else Step(model, enc)
+    live = torch.arange(B, device=device)  # the batch rows that `step`, `ids` and `done` hold, in order
     ids = torch.full((B,), cfg.bos_id, dtype=torch.long, device=device)
     done = torch.zeros(B, dtype=torch.bool, device=device)
     history = torch.zeros(B, 0, dtype=torch.long, device=device)
     for t in range(max_len):
-        probs, state, _ = model.step_probs(enc, state, ids)
+        probs = step(ids)
         for process in processors:
             process(probs, history[live], 0.0)
         ids = choose(probs, live, B)
@@ -133,8 +205,8 @@ def _decode(model: PointerGenerator, enc: EncoderOutput, max_len: int, choose: C
             break
         if shrink and n_done >= SHRINK_AT * len(live):
             keep = (~done).nonzero().squeeze(1)
-            enc, state, ids, live, done = (enc.index_select(keep), state.index_select(keep), ids[keep], live[keep],
-                                           done[keep])
+            step.keep(keep)
+            ids, live, done = ids[keep], live[keep], done[keep]
     return Decoded(history, (history != cfg.pad_id).sum(1)).rows(slice(None))  # without steps after every row's end
 
 

@@ -162,6 +162,55 @@ def test_a_launch_bound_decode_keeps_its_batch_whole_and_writes_the_same_tokens(
     assert gpu.ids.shape == cpu.ids.shape and torch.equal(gpu.ids, cpu.ids) and torch.equal(gpu.lengths, cpu.lengths)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("coverage, samples, temperature, bf16", [(False, 1, 1.0, False), (True, 3, 0.7, False),
+                                                                  (False, 2, 1.0, True)])
+def test_a_cuda_decode_replayed_from_a_graph_writes_the_eager_loops_tokens(coverage, samples, temperature, bf16):
+    """On CUDA each decoder step is replayed from one captured graph (`decoding.CapturedStep`): the samples, the greedy
+    rows and `greedy` are the eager loop's, token for token, with rows ending at different steps, under bf16 autocast
+    too (as trainer=gpu decodes), with 1 or 2 decoder layers and coverage."""
+    model, batch = recorded_setting(coverage)  # coverage: 2 decoder layers
+    model, batch = model.cuda(), batch.to("cuda")
+    with torch.no_grad():
+        model.out_vocab.bias[model.config.eos_id] += 1.0
+        enc = model.encode(batch)
+    captured = []
+
+    class CountedStep(decoding.CapturedStep):
+        def __init__(self, *args):
+            captured.append(1)
+            super().__init__(*args)
+
+    def decode(graphs: bool) -> list[decoding.Decoded]:
+        with patch.object(decoding, "CUDA_GRAPHS", graphs), patch.object(decoding, "CapturedStep", CountedStep), \
+                torch.autocast("cuda", torch.bfloat16, enabled=bf16), torch.no_grad():
+            return [decoding.sample_and_greedy(model, enc, 30, torch.Generator("cuda").manual_seed(0), samples,
+                                               temperature=temperature), greedy(model, enc, 30)]
+
+    eager = decode(False)
+    assert not captured
+    replayed = decode(True)
+    assert len(captured) == 2
+    assert len(set(eager[0].lengths.tolist())) > 1 and int(eager[0].lengths.min()) < 30
+    for a, b in zip(eager, replayed):
+        assert torch.equal(a.ids, b.ids) and torch.equal(a.lengths, b.lengths)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_captured_decodes_reuse_one_memory_pool():
+    """Each decode captures its own graph; they share one pool, so the memory a finished decode's graph held serves
+    the next one instead of piling up."""
+    model, batch = recorded_setting(coverage=False)
+    model, batch = model.cuda(), batch.to("cuda")
+    with torch.no_grad():
+        enc = model.encode(batch)
+        reserved = []
+        for _ in range(12):
+            decoding.greedy(model, enc, 30)
+            reserved.append(torch.cuda.memory_reserved())
+    assert reserved[-1] == reserved[2]
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("samples, temperature, coverage", [(1, 1.0, False), (3, 1.0, True), (2, 0.5, True)])
 def test_rows_that_end_leave_the_teacher_forced_pass_and_the_gradient_as_it_was(samples, temperature, coverage, device):
