@@ -2,7 +2,7 @@
 
     python scripts/bench_rl.py [--device cpu|cuda] [--bf16] [--steps 3] [--rewards rouge_l wms sms s_wms]
                                [--set wms.embeddings.path=vectors.txt ...] [--eos-bias 7.6] [--qa-model DIR]
-                               [--memory-steps 1000] [--batch-size 16]
+                               [--memory-steps 1000] [--batch-size 16] [--eager-decode]
 
 An untrained model (samples run to the 100-token limit, the worst case), batch 16 (`--batch-size`), sources of 400
 tokens, targets of 100, hidden 256, embeddings 128, vocabulary 50k. One markdown row per step: its mean time
@@ -17,6 +17,9 @@ of about 45 tokens; its greedy rows still run to 100). The QA rewards read with 
 else ~/.cache/sumrl/cloze_qa, else the installed all-MiniLM-L6-v2 with an untrained QA head: the cloze model's network,
 so its cost). The library measured is the one on PYTHONPATH, named in the output: to time other code with this script,
 put its checkout first on PYTHONPATH.
+
+On CUDA the decode replays each decoder step from a captured CUDA graph (`models.decoding.CapturedStep`);
+`--eager-decode` times the eager loop instead.
 
 `--memory-steps N` then runs N mixed steps with the first reward, cycling the batches, and reports the
 memory in use after each (CUDA allocated, or the process's resident set on CPU): its first tenth (after
@@ -35,6 +38,7 @@ import torch
 
 import trainer
 from bench_training import peak_memory_gib, read_examples, see_et_al_setup
+from models import decoding
 from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
 from models.text.batch import collate
 from models.text.vectors import minilm_path
@@ -137,9 +141,11 @@ def main() -> None:
     parser.add_argument("--qa-model", default=None, help="the QA rewards' model (a local directory or hub name)")
     parser.add_argument("--batch-size", type=positive_int, default=16)
     parser.add_argument("--bf16", action="store_true", help="steps under bf16 autocast, as trainer=gpu trains")
+    parser.add_argument("--eager-decode", action="store_true", help="on CUDA, decode without CUDA graphs")
     parser.add_argument("--memory-steps", type=int, default=0)
     parser.add_argument("--memory-figure", type=Path, default=Path("docs/rl_memory.png"))
     args, device, vocab = see_et_al_setup(parser, steps=3)
+    decoding.CUDA_GRAPHS = not args.eager_decode
     n = args.warmup + args.steps
     size = args.batch_size
     examples = list(read_examples(args.data, n * size))
@@ -156,7 +162,8 @@ def main() -> None:
                                    rl_max_len=100).to(device)
 
     print(f"library {Path(trainer.__file__).resolve().parents[1]}; batch {size}, source 400, target 100, hidden 256, "
-          f"emb 128, vocab {len(vocab)}, {args.threads} threads, {args.device}{' bf16 autocast' * args.bf16}, "
+          f"emb 128, vocab {len(vocab)}, {args.threads} threads, {args.device}{' bf16 autocast' * args.bf16}"
+          f"{', eager decode' * (args.eager_decode and device.type == 'cuda')}, "
           f"{args.host_memory}, "
           f"untrained model (</s> bias "
           f"{args.eos_bias}), mean of {args.steps} steps after {args.warmup} of warm-up; seconds per step (share of "
