@@ -1,6 +1,6 @@
 """Self-critical mixed step vs MLE step at See et al. sizes, per reward, measured in one run, with where the time goes.
 
-    python scripts/bench_rl.py [--device cpu|cuda] [--bf16] [--steps 3] [--rewards rouge_l wms sms s_wms]
+    python scripts/bench_rl.py [--device cpu|cuda] [--bf16] [--steps 3] [--warmup 3] [--rewards rouge_l wms sms s_wms]
                                [--set wms.embeddings.path=vectors.txt ...] [--eos-bias 7.6] [--qa-model DIR]
                                [--memory-steps 1000] [--batch-size 16] [--eager-decode]
 
@@ -134,7 +134,8 @@ def plot_memory(used: list[float], label: str, path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--warmup", type=int, default=3,
+                        help="untimed steps per row: a CPU process page-faults its heap in over its first two")
     parser.add_argument("--rewards", nargs="+", default=["rouge_l", "wms", "sms", "s_wms"])
     parser.add_argument("--set", nargs="*", default=[], metavar="LABEL.KEY=VALUE", help="reward config overrides")
     parser.add_argument("--eos-bias", type=float, default=0.0, help="added to the untrained model's </s> logit")
