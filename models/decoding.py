@@ -10,6 +10,7 @@ call `model.eval()` first unless dropout is wanted.
 from __future__ import annotations
 
 import inspect
+import os
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, Protocol, Sequence
@@ -103,8 +104,9 @@ def _processors(model: PointerGenerator, extra: Sequence[StepProcessor]) -> list
 SHRINK_AT = 0.25
 # Steps between two looks at which rows have ended, where the decode step is launch-bound (`launch_bound`).
 CHECK_EVERY_LAUNCH_BOUND = 8
-# On CUDA, a decode without gradient replays each step from one captured CUDA graph (`CapturedStep`).
-CUDA_GRAPHS = True
+# On CUDA, a decode without gradient replays each step from one captured CUDA graph (`CapturedStep`); the environment's
+# SUMRL_CUDA_GRAPHS=0 keeps the eager loop (a model whose step cannot be captured, or to compare).
+CUDA_GRAPHS = os.environ.get("SUMRL_CUDA_GRAPHS", "1") != "0"
 
 
 class Step:

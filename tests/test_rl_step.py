@@ -1,6 +1,9 @@
 """The self-critical step's speed work: the timing seam, and equivalence of each faster path with the path it replaced
 (the same decodes; the same gradient in fp32 on a fixed batch, to 1e-5)."""
+import os
 import random
+import subprocess
+import sys
 from unittest.mock import patch
 
 import pytest
@@ -194,6 +197,15 @@ def test_a_cuda_decode_replayed_from_a_graph_writes_the_eager_loops_tokens(cover
     assert len(set(eager[0].lengths.tolist())) > 1 and int(eager[0].lengths.min()) < 30
     for a, b in zip(eager, replayed):
         assert torch.equal(a.ids, b.ids) and torch.equal(a.lengths, b.lengths)
+
+
+@pytest.mark.parametrize("setting, expected", [(None, True), ("1", True), ("0", False)])
+def test_the_environment_can_keep_the_eager_decode_loop(setting, expected):
+    env = {k: v for k, v in os.environ.items() if k != "SUMRL_CUDA_GRAPHS"} | ({} if setting is None else
+                                                                              {"SUMRL_CUDA_GRAPHS": setting})
+    out = subprocess.run([sys.executable, "-c", "import models.decoding as d; print(d.CUDA_GRAPHS)"], env=env,
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(expected)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
