@@ -125,20 +125,14 @@ class Step:
 
 
 @cache
-def _graph_pool(device: torch.device) -> tuple[int, int]:
-    """One memory pool for every decode's graph, so that a finished decode's graph memory serves the next."""
-    return torch.cuda.graph_pool_handle()
-
-
-@cache
 def _capture_stream(device: torch.device) -> torch.cuda.Stream:
     """One side stream for every capture: the allocator caches freed blocks per stream, and `torch.cuda.Stream()`
     hands out a pool's streams in turn, so a new one per decode would keep its warm-up's memory on each of them."""
     return torch.cuda.Stream(device)
 
 
-# The latest graph per device: it keeps the shared pool open between decodes (a pool whose graphs are all gone is
-# released, and its id cannot serve again), so the pool's memory stays for the next decode.
+# The latest graph per device. Each capture shares its memory pool, so that a finished decode's graph memory serves the
+# next; keeping it keeps the pool open between decodes (a pool whose graphs are all gone is released).
 _LATEST_GRAPH: dict[torch.device, torch.cuda.CUDAGraph] = {}
 
 
@@ -161,7 +155,9 @@ class CapturedStep(Step):
         with torch.cuda.stream(stream), autocast:
             model.step_probs(enc, self.state, self.ids)  # warm-up off the graph: lazy initialisation, cuBLAS workspaces
             # capture_begin, not the `torch.cuda.graph` context, which empties the allocator's cache at every capture
-            self.graph.capture_begin(_graph_pool(enc.src_ext.device), capture_error_mode="thread_local")
+            latest = _LATEST_GRAPH.get(enc.src_ext.device)
+            pool = torch.cuda.graph_pool_handle() if latest is None else latest.pool()
+            self.graph.capture_begin(pool, capture_error_mode="thread_local")
             try:
                 self.probs, state, _ = model.step_probs(enc, self.state, self.ids)
                 for static, new in zip(vars(self.state).values(), vars(state).values()):
