@@ -146,7 +146,8 @@ def main() -> None:
     parser.add_argument("--memory-steps", type=int, default=0)
     parser.add_argument("--memory-figure", type=Path, default=Path("docs/rl_memory.png"))
     args, device, vocab = see_et_al_setup(parser, steps=3)
-    decoding.CUDA_GRAPHS = not args.eager_decode
+    if args.eager_decode:
+        decoding.CUDA_GRAPHS = False
     n = args.warmup + args.steps
     size = args.batch_size
     examples = list(read_examples(args.data, n * size))
@@ -164,7 +165,7 @@ def main() -> None:
 
     print(f"library {Path(trainer.__file__).resolve().parents[1]}; batch {size}, source 400, target 100, hidden 256, "
           f"emb 128, vocab {len(vocab)}, {args.threads} threads, {args.device}{' bf16 autocast' * args.bf16}"
-          f"{', eager decode' * (args.eager_decode and device.type == 'cuda')}, "
+          f"{', eager decode' * (not decoding.CUDA_GRAPHS and device.type == 'cuda')}, "
           f"{args.host_memory}, "
           f"untrained model (</s> bias "
           f"{args.eos_bias}), mean of {args.steps} steps after {args.warmup} of warm-up; seconds per step (share of "
