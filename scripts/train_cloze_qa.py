@@ -117,7 +117,7 @@ def evaluate(model_dir: str, pairs: list[tuple[ClozeQuestion, str, int]], batch_
     return {"em": sum(scores["exact"]) / len(pairs), "f1": sum(scores["fscore"]) / len(pairs), "n": len(pairs)}
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     rng = seeded(args.threads, args.seed)
     began = time.time()
@@ -176,7 +176,6 @@ Eyal et al. 2019): an article sentence with a salient span masked; the context i
 """)
     print(f"saved {output}: held-out EM {scores['em']:.3f}, F1 {scores['f1']:.3f} on {scores['n']:,} answerable "
           f"questions; {step} steps in {train_seconds / 60:.1f} min")
-    return 0
 
 
 cli = command(main)  # bad input is one line, not a traceback

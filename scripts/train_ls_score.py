@@ -140,7 +140,7 @@ def plot(history: list[dict], train_curve: list[tuple[int, float]], kinds: tuple
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     rng = seeded(args.threads, args.seed)
     began = time.time()
@@ -229,7 +229,6 @@ of words deleted; words shuffled within sentences; {args.insert_sentences} artic
 """)
     print(f"saved {output}: best validation accuracy {best['accuracy']:.4f} at step {best['step']} "
           f"(untrained {history[0]['accuracy']:.4f}); {step} steps in {train_seconds / 60:.1f} min", flush=True)
-    return 0
 
 
 cli = command(main)  # bad input is one line, not a traceback
