@@ -22,13 +22,15 @@ On CUDA the decode replays each decoder step from a captured CUDA graph (`models
 `--eager-decode` times the eager loop instead.
 
 `--memory-steps N` then runs N mixed steps with the first reward, cycling the batches, and reports the
-memory in use after each (CUDA allocated, or the process's resident set on CPU): its first tenth (after
-the first step, which allocates Adam's state) and last tenth and the growth between them, drawn in
-`--memory-figure`.
+memory in use after each (CUDA allocated, or the process's resident set on CPU): the median and the
+largest value of its first tenth (after the first step, which allocates Adam's state) and of its last tenth,
+and the growth of the median (on a CPU glibc's trims dip the resident set now and then; a median is blind to
+them, a mean is not). The figure is `--memory-figure`, the values beside it (the same name, `.json`).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 from collections import defaultdict
@@ -183,12 +185,15 @@ def main() -> None:
         name, reward = next(iter(rewards.items()))
         used = memory_over_steps(module(reward), batches, args.memory_steps, device)
         tenth = max(len(used) // 10, 1)
-        first, last = statistics.mean(used[1:1 + tenth]), statistics.mean(used[-tenth:])  # step 1: Adam's state
-        print(f"memory in use over {len(used)} mixed steps ({name}): first tenth {first:.3f} GiB, last tenth "
-              f"{last:.3f} GiB, growth {last - first:+.3f} GiB ({100 * (last / first - 1):+.1f}%)")
+        first, last = used[1:1 + tenth], used[-tenth:]  # step 1: Adam's state
+        median_first, median_last = statistics.median(first), statistics.median(last)
+        print(f"memory in use over {len(used)} mixed steps ({name}), GiB: first tenth median {median_first:.3f}, "
+              f"largest {max(first):.3f}; last tenth median {median_last:.3f}, largest {max(last):.3f}; growth of "
+              f"the median {median_last - median_first:+.3f} ({100 * (median_last / median_first - 1):+.1f}%)")
         label = f"{len(used)} mixed steps ({name}), {args.device}, batch {size}, See et al. sizes"
         plot_memory(used, label, args.memory_figure)
-        print(f"figure: {args.memory_figure}")
+        args.memory_figure.with_suffix(".json").write_text(json.dumps({"label": label, "gib_after_step": used}))
+        print(f"figure: {args.memory_figure}, values: {args.memory_figure.with_suffix('.json')}")
 
 
 if __name__ == "__main__":
