@@ -192,8 +192,9 @@ def main() -> None:
               f"the median {median_last - median_first:+.3f} ({100 * (median_last / median_first - 1):+.1f}%)")
         label = f"{len(used)} mixed steps ({name}), {args.device}, batch {size}, See et al. sizes"
         plot_memory(used, label, args.memory_figure)
-        args.memory_figure.with_suffix(".json").write_text(json.dumps({"label": label, "gib_after_step": used}))
-        print(f"figure: {args.memory_figure}, values: {args.memory_figure.with_suffix('.json')}")
+        values = args.memory_figure.with_suffix(".json")
+        values.write_text(json.dumps({"label": label, "gib_after_step": used}))
+        print(f"figure: {args.memory_figure}, values: {values}")
 
 
 if __name__ == "__main__":

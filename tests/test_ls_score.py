@@ -139,9 +139,9 @@ def test_training_script_end_to_end_with_the_fourth_negative(tiny_qa_model, tmp_
     held_out.write_text("id\n")
     output = tmp_path / "ls"
     module.main(["--data", "data=demo", "data.train.n=120", f"cache_dir={tmp_path}", "--encoder", tiny_qa_model,
-                        "--held-out", str(held_out), "--output", str(output), "--repeat-sentences", "1",
-                        "--articles", "16", "--batch-size", "4", "--eval-every", "2", "--val-articles", "4",
-                        "--train-layers", "1"])
+                 "--held-out", str(held_out), "--output", str(output), "--repeat-sentences", "1",
+                 "--articles", "16", "--batch-size", "4", "--eval-every", "2", "--val-articles", "4",
+                 "--train-layers", "1"])
     card = json.loads((output / "training.json").read_text())
     assert card["steps"] == 4 and set(card["best"]) >= {"deleted", "shuffled", "inserted", "repeated"}
     assert "1 of its own sentence(s) repeated" in (output / "README.md").read_text()
