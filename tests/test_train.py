@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from rouge_score import rouge_scorer
 from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from test_scripts import load_script
@@ -58,7 +60,40 @@ def test_mle_run_trains_checkpoints_and_reports(mle_run):
     assert results["n"] == 12 and set(results) >= {"rouge1", "rouge2", "rougeL", "rougeLsum", "wms", "sms", "s_wms"}
     assert json.loads((run_dir / "results.json").read_text()) == results
     summaries = [json.loads(line) for line in (run_dir / "summaries.jsonl").open()]
-    assert len(summaries) == 12 and all(set(s) == {"id", "summary", "reference", "scores"} for s in summaries)
+    assert len(summaries) == 12 and all(set(s) == {"id", "summary", "reference", "scores", "tokens",
+                                                   "repeated_trigrams", "greedy", "lead3"} for s in summaries)
+
+
+def repeated_share(tokens: list[str]) -> float:
+    """Trigrams seen earlier in the summary over its trigrams, counted one by one."""
+    trigrams = [tuple(tokens[i:i + 3]) for i in range(len(tokens) - 2)]
+    return sum(t in trigrams[:i] for i, t in enumerate(trigrams)) / max(len(trigrams), 1)
+
+
+@pytest.mark.slow
+def test_the_test_writes_greedy_decodes_beside_the_beam_and_the_lead3(mle_run):
+    """Each article's greedy decode (no trigram blocking) is scored beside the beam's, with both decodes' lengths and
+    repeats; the lead-3 is the article's first three sentences."""
+    tmp, results = mle_run
+    rows = [json.loads(line) for line in (tmp / "mle" / "summaries.jsonl").open()]
+    scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
+    data = instantiate(compose_run(tmp, "mle", ["reward=mle"]).data)
+    data.setup()
+    articles = {ex.id: ex.source for ex in data.splits["test"]}
+    for row in rows:
+        for decoded in (row, row["greedy"]):
+            tokens = decoded["summary"].split()
+            assert decoded["tokens"] == len(tokens)
+            assert decoded["repeated_trigrams"] == pytest.approx(repeated_share(tokens))
+            assert decoded["scores"]["rougeL"] == pytest.approx(
+                100 * scorer.score(row["reference"], decoded["summary"])["rougeL"].fmeasure)
+        lead = row["lead3"].split("\n")
+        assert len(lead) == 3 and " ".join(lead).split() == articles[row["id"]][:len(" ".join(lead).split())]
+        assert all(sentence.split()[-1] in (".", "!", "?") for sentence in lead)
+    assert any(row["greedy"]["summary"] != row["summary"] for row in rows)
+    for key in ("rougeL", "sms", "tokens", "repeated_trigrams"):
+        assert results["greedy"][key] == pytest.approx(sum(r["greedy"].get(key, r["greedy"]["scores"].get(key))
+                                                           for r in rows) / len(rows))
 
 
 @pytest.mark.slow

@@ -31,6 +31,22 @@ def rouge_scores(hypotheses: list[list[list[str]]], references: list[list[list[s
     return out
 
 
+SHAPE_KEYS = ("tokens", "repeated_trigrams")
+
+
+def summary_shape(sentences: list[list[str]]) -> dict[str, float]:
+    """A summary's tokens and the share of its trigrams that already occurred earlier in it: what trigram blocking
+    removes at test, so a decoder's repeats show beside its scores."""
+    tokens = [token for sentence in sentences for token in sentence]
+    trigrams = list(zip(tokens, tokens[1:], tokens[2:]))
+    return {"tokens": len(tokens), "repeated_trigrams": (len(trigrams) - len(set(trigrams))) / max(len(trigrams), 1)}
+
+
+def mean_shape(shapes: list[dict[str, float]]) -> dict[str, float]:
+    """The mean of each `summary_shape` key (none for no summaries)."""
+    return {key: sum(s[key] for s in shapes) / len(shapes) for key in SHAPE_KEYS} if shapes else {}
+
+
 def as_text(summaries: list[list[list[str]]]) -> list[str]:
     """Tokenized summaries as text: tokens joined by spaces, one sentence per line."""
     return ["\n".join(" ".join(s) for s in summary) for summary in summaries]

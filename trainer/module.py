@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from models.decoding import Decoded, beam_search, check_beam_settings, greedy, rollout_rows, sample_and_greedy
+from models.decoding import (Decoded, StepProcessor, beam_search, check_beam_settings, greedy, rollout_rows,
+                             sample_and_greedy)
 from models.text.batch import Batch
 from models.text.vocab import SENTENCE_END, Vocabulary, split_at_sentence_ends
 from rewards.base import Reward, RewardInput, not_applicable, test_metric_of, zero_where_not_applicable
@@ -24,7 +25,7 @@ from rewards.rouge import RougeL
 from trainer.baselines import Baseline, GreedyBaseline
 from trainer.checkpoints import checkpoint_description
 from trainer.diagnostics import distinct_ngram_ratio, lead_copy_rate, novel_ngram_rate, repeated_ngram_rate
-from trainer.evaluate import ROUGE_KEYS, as_text, evaluate
+from trainer.evaluate import ROUGE_KEYS, SHAPE_KEYS, as_text, evaluate, mean_shape, summary_shape
 from trainer.samples import ValidationSamples
 from trainer.schedules import Constant
 
@@ -119,7 +120,7 @@ class SummarizationModule(pl.LightningModule):
                  reward: Reward | None = None, gamma: Callable[[int], float] | None = None,
                  samples: int = 1, baseline: Baseline | None = None, temperature: float = 1.0,
                  rl_max_len: int = 100, length_normalize: bool = False, val_max_len: int = 100,
-                 beam: dict[str, Any] | None = None, metrics: dict[str, Reward] | None = None,
+                 rollout_processors: dict[str, StepProcessor | None] | None = None, beam: dict[str, Any] | None = None, metrics: dict[str, Reward] | None = None,
                  select_by: str = "reward", max_nonfinite_steps: int = 10, output_dir: str = ".",
                  unlabelled_fraction: float = 0.0, samples_to_log: int = 8, samples_seed: int = 0):
         super().__init__()
@@ -135,11 +136,17 @@ class SummarizationModule(pl.LightningModule):
             raise ValueError(f"rl.temperature must be positive, got {temperature}")
         self.temperature = temperature
         self.rl_max_len, self.length_normalize, self.val_max_len = rl_max_len, length_normalize, val_max_len
+        # rules on the training decodes' next tokens (samples and greedy baseline alike), e.g. the test's trigram
+        # blocking, so that the reward judges what the test decoder would not already fix
+        self.rollout_processors = [p for p in (rollout_processors or {}).values() if p is not None]
         self.beam = dict(beam or {})
         # the config names the rules (beam.processors.<name>), so that an experiment adds one, or drops one (null)
         self.beam["processors"] = [p for p in (self.beam.get("processors") or {}).values() if p is not None]
         check_beam_settings(**self.beam)  # now, not in the test-time decode after training
         self.metrics = dict(metrics or {})
+        if taken := sorted(set(self.metrics) & {"n", "greedy", *SHAPE_KEYS}):
+            raise ValueError(f"metrics: {', '.join(taken)} names what the test writes of every summary: give the "
+                             "metric another key")
         if select_by not in SELECT_BY:
             raise ValueError(f"select_by must be one of {SELECT_BY}, got {select_by!r}")
         self.select_by = select_by
@@ -208,7 +215,8 @@ class SummarizationModule(pl.LightningModule):
         self.model.eval()
         with self.timer("decode"):
             decoded = sample_and_greedy(self.model, enc, self.rl_max_len, generator=generator, samples=k,
-                                        with_greedy=with_greedy, temperature=self.temperature)
+                                        with_greedy=with_greedy, processors=self.rollout_processors,
+                                        temperature=self.temperature)
         self.model.train(training)
         decode_end = time.perf_counter()
         rows = rollout_rows(B, k, with_greedy)
@@ -392,8 +400,15 @@ class SummarizationModule(pl.LightningModule):
 
     # ---------------------------------------------------------------- test
     def test_step(self, batch: Batch, batch_idx: int) -> None:
-        decoded = beam_search(self.model, self.model.encode(batch), **self.beam)
-        self._test_rows.extend(self.summaries(decoded, batch))
+        """The test's beam decodes, and beside them the greedy decodes without the test's rules (trigram blocking, a
+        minimum length): a gain that only those rules give shows as a gap between the two. Each row also keeps the
+        article's lead-3 (its first three sentences, See et al.'s baseline)."""
+        enc = self.model.encode(batch)
+        rows = self.summaries(beam_search(self.model, enc, **self.beam), batch)
+        plain = self.summaries(greedy(self.model, enc, self.val_max_len), batch)
+        for row, other, source in zip(rows, plain, batch.sources):
+            row["greedy"], row["lead3"] = other["summary"], split_at_sentence_ends(source)[:3]
+        self._test_rows.extend(rows)
 
     def summaries(self, decoded: Decoded, batch: Batch) -> list[dict]:
         rows = []
@@ -407,19 +422,30 @@ class SummarizationModule(pl.LightningModule):
         self._test_rows = []
 
     def on_test_epoch_end(self) -> None:
+        """Writes `summaries.jsonl` (per article: the beam summary with its scores, tokens and repeated-trigram share,
+        the same of the greedy decode under `greedy`, and the lead-3) and `results.json` (their means)."""
         rows = [r for r in self._test_rows if r["reference"] is not None]
-        means, per_example = evaluate([r["summary"] for r in rows], [r["reference"] for r in rows],
-                                      self.metrics_at_test, device=self.device, sources=[r["article"] for r in rows])
+        scored = {decoder: evaluate([r[decoder] for r in rows], [r["reference"] for r in rows], self.metrics_at_test,
+                                    device=self.device, sources=[r["article"] for r in rows])
+                  for decoder in ("summary", "greedy")}
+        shapes = {decoder: [summary_shape(r[decoder]) for r in rows] for decoder in scored}
         self.output_dir.mkdir(parents=True, exist_ok=True)
         with (self.output_dir / "summaries.jsonl").open("w", encoding="utf-8") as f:
-            for row, scores in zip(rows, per_example):
-                summary, reference = as_text([row["summary"], row["reference"]])
+            for i, row in enumerate(rows):
+                summary, reference, plain, lead = as_text([row["summary"], row["reference"], row["greedy"],
+                                                           row["lead3"]])
                 f.write(json.dumps({"id": row["id"], "summary": summary, "reference": reference,
-                                    "scores": scores}) + "\n")
-        results = {"n": len(rows), **means}
+                                    "scores": scored["summary"][1][i], **shapes["summary"][i],
+                                    "greedy": {"summary": plain, "scores": scored["greedy"][1][i],
+                                               **shapes["greedy"][i]},
+                                    "lead3": lead}) + "\n")
+        means = {decoder: scored[decoder][0] | mean_shape(shapes[decoder]) for decoder in scored}
+        results = {"n": len(rows), **means["summary"], "greedy": means["greedy"]}
         (self.output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-        for key, value in means.items():
+        for key, value in means["summary"].items():
             self.log(f"test/{key}", value)
+        for key, value in means["greedy"].items():
+            self.log(f"test/greedy/{key}", value)
 
     # ---------------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict) -> None:

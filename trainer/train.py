@@ -278,7 +278,10 @@ def run(cfg: DictConfig) -> dict:
                               callbacks=callbacks)
     call_or_stop(trainer, "test", cfg, model=module, datamodule=data, ckpt_path=best or cfg.ckpt_path or None)
     results = json.loads((Path(cfg.output_dir) / "results.json").read_text())
-    print(results_table({cfg.run_name: results}, record["columns"]))
+    rows = {cfg.run_name: {k: v for k, v in results.items() if k != "greedy"}}
+    if "greedy" in results:  # the greedy decodes without the test's rules, beside its beam (trainer.module.test_step)
+        rows = {f"{cfg.run_name} (beam)": rows[cfg.run_name], f"{cfg.run_name} (greedy)": results["greedy"]}
+    print(results_table(rows, record["columns"]))
     return results
 
 
