@@ -249,8 +249,8 @@ def run(cfg: DictConfig) -> dict:
         cfg.ckpt_path = str(last)
     data, module = build(cfg)  # checks the starting point first: its message names the right setting
     check_run_dir(cfg)
-    loggers = [instantiate(c) for c in (cfg.logger or {}).values()]
-    callbacks = [instantiate(c) for c in (cfg.callbacks or {}).values()]
+    loggers = [instantiate(c) for c in (cfg.logger or {}).values() if c is not None]
+    callbacks = [instantiate(c) for c in (cfg.callbacks or {}).values() if c is not None]   # null drops one
     trainer: pl.Trainer = instantiate(cfg.trainer, logger=loggers or False, callbacks=callbacks,
                                       plugins=[AtomicCheckpointIO()])
     Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
