@@ -338,7 +338,7 @@ class SummarizationModule(pl.LightningModule):
         if self.reward is not None and (labelled or not self.reward.needs_reference):
             values["reward"] = self._reward(inputs)[0].nanmean()  # the mean over the rows it applies to
         if self.reward is not None and labelled and self.select_by == "test_metric":
-            values["test_metric"] = self.test_metric(batch, enc)
+            values["test_metric"], values["beam_length"] = self.test_metric(batch, enc)
         where = "" if labelled else f"/{batch.domains[0]}"
         for key, value in values.items():
             # sync_dist: under DDP the checkpoint monitor must see the mean over all ranks, not rank 0's share
@@ -356,15 +356,17 @@ class SummarizationModule(pl.LightningModule):
             return self.metrics
         return self.metrics | {key: getattr(self.reward, "wrapped", self.reward)}
 
-    def test_metric(self, batch: Batch, enc: Any) -> Tensor:
+    def test_metric(self, batch: Batch, enc: Any) -> tuple[Tensor, Tensor]:
         """The mean of the reward's test metric, scored as the test scores it, over the test decoder's summaries of a
-        labelled batch."""
+        labelled batch, and their mean length in tokens."""
         key = test_metric_of(self.reward)
         rows = self.summaries(beam_search(self.model, enc, **self.beam), batch)
         means, _ = evaluate([r["summary"] for r in rows], [r["reference"] for r in rows],
                             {} if key in ROUGE_KEYS else {key: self.metrics_at_test[key]}, device=self.device,
                             sources=[r["article"] for r in rows])
-        return torch.tensor(means.get(key, float("nan")))  # evaluate's mean leaves out rows it does not apply to
+        length = mean_shape([summary_shape(r["summary"]) for r in rows])["tokens"]
+        # evaluate's mean leaves out rows the metric does not apply to
+        return torch.tensor(means.get(key, float("nan"))), torch.tensor(float(length))
 
     def sample_rows(self, batch: Batch, decoded: Decoded) -> list[dict[str, Any]]:
         """What the model writes for a labelled batch, one flat row per article: the reference; the greedy summary
