@@ -54,7 +54,7 @@ class ValidationCurve(pl.Callback):
             seconds = 0.0 if self._train_start is None else time.perf_counter() - self._train_start
             self.points.append({"step": trainer.global_step, "seconds": round(seconds, 2), **values})
             if trainer.is_global_zero:  # progress in one line, where runs side by side have no progress bars
-                shown = [k for k in (self.monitor, *self.panels) if k in values]
+                shown = [k for k in dict.fromkeys((self.monitor, *self.panels)) if k in values]
                 log.info("%s, step %d: %s", "/".join(self.output_dir.parts[-2:]), trainer.global_step,
                          ", ".join(f"{k} {values[k]:.4g}" for k in shown))
 
