@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 # greedy decodes that stopped repeating is what the test's trigram blocking already gives
 DECODES = {"val/beam_length": "beam length", "val/length": "greedy length",
            "val/repeated_trigrams": "greedy repeated trigrams", "val/rouge_l": "greedy ROUGE-L",
-           "val/reward": "greedy reward"}
+           "val/reward": "greedy reward", "val/lead3_copy": "greedy lead-3 copy"}
 PANELS = {"val/reward": "val reward", "val/loss": "val loss", "val/rouge_l": "val ROUGE-L",
           "val/length": "val length (tokens)", "val/repeated_trigrams": "val repeated trigrams",
           "val/test_metric": "val test metric (beam, no penalty)", "val/beam_length": "val beam length (tokens)",
