@@ -1,7 +1,7 @@
 """Aggregate run directories into Clark et al.'s Table 4 layout.
 
-    python scripts/table4.py multirun/demo_grid            # the newest sweep under it
-    python scripts/table4.py runs/a runs/b --metrics wms sms s_wms
+    sumrl-table4 multirun/demo_grid            # the newest sweep under it
+    sumrl-table4 runs/a runs/b --metrics wms sms s_wms
 
 Each run is a directory with `config.yaml` and `checkpoints/`. A run whose test split has not been
 decoded yet is decoded now with beam search from its best checkpoint. Every run is then scored with the
@@ -394,7 +394,8 @@ def row_means(scored: list[dict[str, float]]) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="sumrl-table4", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("paths", nargs="+", type=Path, help="run directories or sweep folders")
     parser.add_argument("--metrics", nargs="*", default=["wms", "sms", "s_wms"],
                         help="reward configs (conf/reward/, or a --config-dir's reward/) used as test-time metrics")
