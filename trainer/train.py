@@ -259,6 +259,8 @@ def run(cfg: DictConfig) -> dict:
     with open_dict(cfg):
         cfg.update(module.provenance)
         cfg.table = record  # table4 reads the run's row, test metric and columns here
+    for logger in loggers:  # the composed config is the run's: wandb's run config, the CSV logger's hparams.yaml
+        logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     if not cfg.ckpt_path:  # a resume keeps the record of how the run was started (and was checked against it)
         (Path(cfg.output_dir) / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     if cfg.train:
