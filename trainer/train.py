@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import tempfile
+import warnings
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -236,8 +237,20 @@ def provenance(cfg: DictConfig) -> dict[str, Any]:
     return {"run_id": hashlib.sha1(folder.encode()).hexdigest()[:12], "lineage": lineage}
 
 
+def quiet_frameworks() -> None:
+    """A console a person reads: progress bars, a line per stage, the tables. What the frameworks add (devices, tips,
+    a deprecation inside Lightning) is nothing a user can act on."""
+    for name in ("pytorch_lightning", "lightning_fabric", "absl"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    # a mixed run's start checkpoint (`keep_start_as_best`) is written before Lightning's checkpoint callback looks
+    warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                            category=FutureWarning)
+
+
 def run(cfg: DictConfig) -> dict:
     """Train, then test the best checkpoint; returns (and writes) the test results."""
+    quiet_frameworks()
     check_settings(cfg)
     pl.seed_everything(cfg.seed, workers=True)
     if cfg.threads:
@@ -278,7 +291,8 @@ def run(cfg: DictConfig) -> dict:
         torch.distributed.destroy_process_group()  # done with the other ranks
         trainer = instantiate(cfg.trainer, devices=1, num_nodes=1, strategy="auto", logger=loggers or False,
                               callbacks=callbacks)
-    call_or_stop(trainer, "test", cfg, model=module, datamodule=data, ckpt_path=best or cfg.ckpt_path or None)
+    call_or_stop(trainer, "test", cfg, model=module, datamodule=data, ckpt_path=best or cfg.ckpt_path or None,
+                 verbose=False)  # printed once, below
     results = json.loads((Path(cfg.output_dir) / "results.json").read_text())
     print(results_table({cfg.run_name: results}, record["columns"]))
     return results
