@@ -27,6 +27,7 @@ from models.text.records import DataError, Row
 from rewards.base import Reward
 from rewards.pretrained import PretrainedNotFound
 from rewards.scoring import TOKENIZERS, score_texts
+from trainer.checkpoints import CheckpointError
 
 CONF = "conf"  # the package of the shipped configs, found through Hydra's package search path (pkg://conf)
 
@@ -36,7 +37,8 @@ class InputError(ValueError):
 
 
 # What a command line reports as one line instead of a traceback (DataError: a bad, missing or undecodable file).
-USER_ERRORS = (InputError, DataError, PretrainedNotFound, ConfigCompositionException, OverrideParseException)
+USER_ERRORS = (InputError, DataError, CheckpointError, PretrainedNotFound, ConfigCompositionException,
+               OverrideParseException)
 
 
 def command(main: Callable[[], Any]) -> Callable[[], None]:

@@ -80,6 +80,12 @@ def test_the_installed_commands_train_score_and_tabulate_from_another_directory(
     results = json.loads((tmp_path / "mle" / "results.json").read_text())
     assert results["n"] == 16 and 0 <= results["rougeL"] <= 100 and "sms" in results  # the demo corpus is built in
 
+    (tmp_path / "articles.txt").write_text("officials in oslo declined to comment .\n\nthe mayor of madrid spoke .\n")
+    run(bin_dir, "sumrl-summarize", "--checkpoint", "mle/checkpoints/best.ckpt", "--input", "articles.txt",
+        "--output", "summaries.jsonl", "--beam-size", "2", cwd=tmp_path)
+    summaries = [json.loads(line) for line in (tmp_path / "summaries.jsonl").read_text().splitlines()]
+    assert [s["id"] for s in summaries] == ["1", "3"] and all(isinstance(s["summary"], str) for s in summaries)
+
     (tmp_path / "user" / "reward").mkdir(parents=True)
     (tmp_path / "user" / "mine.py").write_text(USER_REWARD)
     (tmp_path / "user" / "reward" / "longer.yaml").write_text("_target_: mine.LongerIsBetter\n")

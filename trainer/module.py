@@ -121,7 +121,8 @@ class SummarizationModule(pl.LightningModule):
                  rl_max_len: int = 100, length_normalize: bool = False, val_max_len: int = 100,
                  beam: dict[str, Any] | None = None, metrics: dict[str, Reward] | None = None,
                  select_by: str = "reward", max_nonfinite_steps: int = 10, output_dir: str = ".",
-                 unlabelled_fraction: float = 0.0, samples_to_log: int = 8, samples_seed: int = 0):
+                 unlabelled_fraction: float = 0.0, samples_to_log: int = 8, samples_seed: int = 0,
+                 reading: dict[str, Any] | None = None):
         super().__init__()
         if not 0 <= unlabelled_fraction < 1:
             raise ValueError(f"unlabelled_fraction must be in [0, 1), got {unlabelled_fraction}")
@@ -148,6 +149,7 @@ class SummarizationModule(pl.LightningModule):
         self.rouge_l = RougeL()
         self._test_rows: list[dict] = []
         self.provenance: dict[str, Any] = {}  # the run's id and lineage (`trainer.train.provenance`), in checkpoints
+        self.reading = dict(reading or {})  # how the data read its text (`data_reading`), in checkpoints
         if samples_to_log < 0:
             raise ValueError(f"samples_to_log must be at least 0, got {samples_to_log}")
         self.samples_to_log, self.samples_seed = samples_to_log, samples_seed
@@ -423,4 +425,4 @@ class SummarizationModule(pl.LightningModule):
 
     # ---------------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["sumrl"] = checkpoint_description(self.stage, self.model, self.vocab) | self.provenance
+        checkpoint["sumrl"] = checkpoint_description(self.stage, self.model, self.vocab, self.reading) | self.provenance

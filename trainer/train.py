@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.utilities import rank_zero_only
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from trainer.checkpoints import (AtomicCheckpointIO, check_resume, check_vocabulary, checkpoint_info,
+from trainer.checkpoints import (AtomicCheckpointIO, check_resume, check_vocabulary, checkpoint_info, data_reading,
                                  keep_start_as_best, load_model_weights)
 from trainer.data import SummarizationData
 from trainer.evaluate import results_table, table_record
@@ -177,7 +177,8 @@ def build(cfg: DictConfig) -> tuple[SummarizationData, pl.LightningModule]:
         raise SettingsError("a reward other than mle trains the mixed stage, which starts from an MLE model: set "
                             "mle_checkpoint=<mle run>/checkpoints/best.ckpt (or init_from=none for random weights)")
     module = instantiate(cfg.module, model=model, vocab=data.vocab, output_dir=cfg.output_dir,
-                         unlabelled_fraction=data.unlabelled_fraction)
+                         unlabelled_fraction=data.unlabelled_fraction,
+                         reading=data_reading(data.pretokenized, data.max_source_len, data.max_target_len))
     if cfg.train:
         check_unlabelled(data, module)
     return data, module
