@@ -76,6 +76,14 @@ def parse_reward_spec(spec: str) -> tuple[str, str]:
     return (label or config), config
 
 
+def metrics_and_paths(values: Sequence[str], config_dirs: Sequence[str | Path] = ()) -> tuple[list[str], list[Path]]:
+    """`--metrics NAME ... RUN ...` (argparse hands the paths after the names to the option): a value that names no
+    reward config, shipped or in `config_dirs`, but an existing path, is a path."""
+    known = set(reward_configs(config_dirs))
+    names = [v for v in values if parse_reward_spec(v)[1] in known or not Path(v).exists()]
+    return names, [Path(v) for v in values if v not in names]
+
+
 def compose_rewards(specs: Sequence[str], overrides: Sequence[str] = (),
                     config_dirs: Sequence[str | Path] = ()) -> dict[str, Reward]:
     """Build rewards from `conf/reward/<name>.yaml` (a `config_dirs` folder's first), keyed by label.

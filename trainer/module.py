@@ -362,7 +362,8 @@ class SummarizationModule(pl.LightningModule):
 
     def sample_rows(self, batch: Batch, decoded: Decoded) -> list[dict[str, Any]]:
         """What the model writes for a labelled batch, one flat row per article: the reference; the greedy summary
-        (`decoded`, `validation_step`'s) with its length, repeated-trigram rate, ROUGE and `metrics` (test scales) and,
+        (`decoded`, `validation_step`'s) with its length, repeated-trigram rate, ROUGE and `metrics` (test scales, as
+        `score/<key>`) and,
         for a mixed run, its reward (as `val/reward` scores it) and weighted-sum terms."""
         written = self.summaries(decoded, batch)
         _, scores = evaluate([r["summary"] for r in written], [r["reference"] for r in written], self.metrics,
@@ -375,7 +376,8 @@ class SummarizationModule(pl.LightningModule):
             summary, reference = as_text([row["summary"], row["reference"]])
             rows.append({"id": row["id"], "reference": reference, "summary": summary,
                          "length": int(inputs.hyp_lens[i]),
-                         "repeated_trigrams": float(repeats[i]) / max(int(trigrams[i]), 1), **scores[i]})
+                         "repeated_trigrams": float(repeats[i]) / max(int(trigrams[i]), 1),
+                         **{f"score/{key}": value for key, value in scores[i].items()}})  # no metric's name is a field
             if rewards is not None:
                 rows[-1]["reward"] = finite_or_none(float(rewards[i]))
                 rows[-1] |= {f"reward/{name}": finite_or_none(float(value[i])) for name, value in terms.items()}

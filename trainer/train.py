@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.utilities import rank_zero_only
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
+from rewards.repeats import penalty_note
 from trainer.checkpoints import (AtomicCheckpointIO, check_resume, check_vocabulary, checkpoint_info, data_reading,
                                  keep_start_as_best, load_model_weights)
 from trainer.data import SummarizationData
@@ -262,6 +263,8 @@ def run(cfg: DictConfig) -> dict:
     if cfg.resume_if_exists and not cfg.ckpt_path and last.exists():  # a requeued cluster job picks up its run
         cfg.ckpt_path = str(last)
     data, module = build(cfg)  # checks the starting point first: its message names the right setting
+    if isinstance(module, SummarizationModule) and module.reward is not None:
+        log.info(penalty_note(module.reward, cfg.rl.penalize_repeats))
     check_run_dir(cfg)
     loggers = [instantiate(c) for c in (cfg.logger or {}).values()]
     callbacks = [instantiate(c) for c in (cfg.callbacks or {}).values()]
