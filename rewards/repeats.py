@@ -80,7 +80,7 @@ def penalize_repeats(reward: Reward | None, enabled: bool | str = "blind") -> Re
 
 
 def penalty_note(reward: Reward, enabled: bool | str) -> str:
-    """What the run trains on, said at its start: whether `rl.penalize_repeats` wraps the reward, and how to change it."""
+    """The training reward, said as a run starts: whether `rl.penalize_repeats` wraps it, and how to change that."""
     if isinstance(reward, RepeatPenalty):
         why = ": it is blind to repeats" if enabled == "blind" else ""
         return (f"training reward {reward.name} × the share of its summary's trigrams that are not repeats "

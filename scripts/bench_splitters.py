@@ -1,6 +1,6 @@
 r"""Sentence splitters for raw text, compared for quality and speed (docs/RESULTS.md, "Sentence splitting").
 
-    pip install pysbd blingfire   # the candidates sumrl does not install (spaCy: its qa extra); a missing one is left out
+    pip install pysbd blingfire   # candidates sumrl does not install (spaCy: its qa extra); a missing one is left out
     python scripts/bench_splitters.py [--data ../shared/data/cnndm_see2017_test.jsonl] [--sentences 400]
 
 Two gold sets: `--sentences` sentences of CNN/DM articles (See et al.'s tokenized release, whose sentence-final
@@ -115,7 +115,8 @@ def candidates() -> dict[str, Callable[[str], list[str]]]:
         found["blingfire"] = lambda text: blingfire.text_to_sentences(text).split("\n")
     if importlib.util.find_spec("syntok"):
         from syntok import segmenter as syntok
-        found["syntok"] = lambda text: ["".join(t.spacing + t.value for t in s) for p in syntok.process(text) for s in p]
+        found["syntok"] = lambda text: ["".join(t.spacing + t.value for t in sentence)
+                                        for paragraph in syntok.process(text) for sentence in paragraph]
     return found
 
 

@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
         check_beam_settings(**beam)
     except ValueError as error:
         raise InputError(f"{error} (--min-length, --max-length)") from None
-    examples = tokenize_records(ArticleFile(args.input), reading["pretokenized"], "input")  # every line, before decoding
+    examples = tokenize_records(ArticleFile(args.input), reading["pretokenized"], "input")  # all read before decoding
     with torch.inference_mode():
         summaries = summarize(model, vocab, examples, reading, args.batch_size, beam)
     lines = "".join(json.dumps({"id": e.id, "summary": s}) + "\n" for e, s in zip(examples, summaries))
