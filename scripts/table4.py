@@ -1,7 +1,7 @@
 """Aggregate run directories into Clark et al.'s Table 4 layout.
 
-    python scripts/table4.py multirun/demo_grid            # the newest sweep under it
-    python scripts/table4.py runs/a runs/b --metrics wms sms s_wms
+    sumrl-table4 multirun/demo_grid            # the newest sweep under it
+    sumrl-table4 runs/a runs/b --metrics wms sms s_wms
 
 Each run is a directory with `config.yaml` and `checkpoints/`. A run whose test split has not been
 decoded yet is decoded now with beam search from its best checkpoint. Every run is then scored with the
@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 from models.text.records import csv_rows, jsonl_rows  # noqa: E402
 from models.text.vocab import split_at_sentence_ends  # noqa: E402
 from rewards.base import display  # noqa: E402
-from scripts.cli import add_config_dir_argument, compose_rewards  # noqa: E402
+from scripts.cli import add_config_dir_argument, compose_rewards, metrics_and_paths  # noqa: E402
 from trainer.callbacks import plot_curves  # noqa: E402
 from trainer.evaluate import (ROWS, SHAPE_KEYS, columns, evaluate, mean_shape, results_table, summary_shape,  # noqa: E402
                               table_record)
@@ -456,8 +456,9 @@ def row_means(scored: list[dict[str, float]]) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("paths", nargs="+", type=Path, help="run directories or sweep folders")
+    parser = argparse.ArgumentParser(prog="sumrl-table4", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("paths", nargs="*", type=Path, help="run directories or sweep folders")
     parser.add_argument("--metrics", nargs="*", default=["wms", "sms", "s_wms"],
                         help="reward configs (conf/reward/, or a --config-dir's reward/) used as test-time metrics")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
@@ -474,6 +475,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="show N test articles' reference and every row's summary with its own metric's score: "
                              "those whose own metrics vary most across the rows")
     args = parser.parse_args(argv)
+    args.metrics, paths = metrics_and_paths(args.metrics, args.config_dir)
+    args.paths += paths
+    if not args.paths:
+        parser.error("the following arguments are required: paths")
 
     runs = [Run.read(path) for path in find_runs(args.paths)]
     pairs = pair_with_baselines(runs, args.baseline)

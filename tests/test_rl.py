@@ -357,3 +357,19 @@ def test_select_by_is_checked():
     model = PointerGenerator(PointerGeneratorConfig(vocab_size=len(vocab), emb_dim=4, hidden_dim=4))
     with pytest.raises(ValueError, match="select_by must be one of"):
         SummarizationModule(model, vocab, optimizer=torch.optim.Adam, select_by="beam")
+
+
+class TokensPerTen:
+    name, needs_reference = "tokens", False
+
+    def __call__(self, inputs):
+        return inputs.hyp_lens.float() / 10
+
+
+def test_the_repeat_penalty_keeps_the_unpenalised_reward_beside_the_penalised_one():
+    inputs = RewardInput.from_texts([["a", "b", "c", "a", "b", "c"], ["a", "b", "c"]], [None, None],
+                                    Vocabulary("a b c".split()))
+    penalty = RepeatPenalty(TokensPerTen())
+    # trigrams abc bca cab abc: 1 of 4 repeats -> 0.6 × 3/4; abc alone: 0.3
+    torch.testing.assert_close(penalty(inputs), torch.tensor([0.45, 0.3]))
+    torch.testing.assert_close(penalty.term_values["unpenalized"], torch.tensor([0.6, 0.3]))

@@ -489,8 +489,9 @@ def test_a_new_reward_is_one_class_and_one_yaml_and_table4_shows_it_at_its_scale
             run_config(name, trained_with, run_id=name[0], lineage=lineage))
         write_jsonl(tmp_path / "runs" / name / "summaries.jsonl", [
             {"id": f"a{i}", "summary": s, "reference": "a b c .", "scores": {}} for i, s in enumerate(summaries)])
-    load_script("table4").main([str(tmp_path / "runs"), "--metrics", "length", "--config-dir",
-                                str(tmp_path / "my_conf"), "--resamples", "20", "--out", str(tmp_path)])
+    # as the README orders it: --metrics's names, then the runs (argparse handed them to --metrics)
+    load_script("table4").main(["--config-dir", str(tmp_path / "my_conf"), "--metrics", "length",
+                                str(tmp_path / "runs"), "--resamples", "20", "--out", str(tmp_path)])
     report = capsys.readouterr().out
     header, _, mle, mixed = report.splitlines()[:4]
     assert header.endswith("| Length |")

@@ -5,6 +5,7 @@ import csv
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -198,6 +199,15 @@ def test_best_checkpoint_is_the_start_when_training_never_beats_it(mle_run):
     assert "at step 0 (Δ +0.0000" in (tmp / "flat" / "val_summary.txt").read_text()
 
 
+def console_noise(console: str, jobs: int) -> list[str]:
+    """What a sweep's console should not hold: absl's lines, Python warnings (`file.py:N: message`), Lightning's table
+    of test metrics (the results table prints them), a stage's result line twice."""
+    lines = console.splitlines()
+    noise = [line for line in lines if "absl" in line or re.search(r"\.py:\d+: ", line) or "test/rouge" in line]
+    results = [line for line in lines if "→ best" in line]
+    return noise + ([] if len(results) == jobs else results)
+
+
 @pytest.mark.slow
 def test_a_seed_sweep_runs_one_grid_per_seed_and_table4_pools_them(tmp_path, capsys):
     """`-m experiment=demo_grid reward=mle,rouge_l seed=0,1`: each seed's mixed run starts from that seed's MLE run
@@ -211,6 +221,7 @@ def test_a_seed_sweep_runs_one_grid_per_seed_and_table4_pools_them(tmp_path, cap
     done = subprocess.run([sys.executable, "-m", "trainer.train", *overrides], cwd=ROOT, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert console_noise(done.stdout + done.stderr, jobs=4) == []
     configs = {(s, r): OmegaConf.load(sweep / f"seed_{s}" / r / "config.yaml")
                for s in (0, 1) for r in ("mle", "rouge_l")}
     for seed in (0, 1):

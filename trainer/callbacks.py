@@ -83,7 +83,6 @@ class ValidationCurve(pl.Callback):
             return
         line = self.summary()
         log.info(line)
-        print(line)
         self.output_dir.mkdir(parents=True, exist_ok=True)
         (self.output_dir / "val_summary.txt").write_text(line + "\n", encoding="utf-8")
         self.write_csv(self.output_dir / "val_curve.csv")

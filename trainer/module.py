@@ -122,7 +122,8 @@ class SummarizationModule(pl.LightningModule):
                  rl_max_len: int = 100, length_normalize: bool = False, val_max_len: int = 100,
                  rollout_processors: dict[str, StepProcessor | None] | None = None, beam: dict[str, Any] | None = None, metrics: dict[str, Reward] | None = None,
                  select_by: str = "reward", max_nonfinite_steps: int = 10, output_dir: str = ".",
-                 unlabelled_fraction: float = 0.0, samples_to_log: int = 8, samples_seed: int = 0):
+                 unlabelled_fraction: float = 0.0, samples_to_log: int = 8, samples_seed: int = 0,
+                 reading: dict[str, Any] | None = None):
         super().__init__()
         if not 0 <= unlabelled_fraction < 1:
             raise ValueError(f"unlabelled_fraction must be in [0, 1), got {unlabelled_fraction}")
@@ -155,6 +156,7 @@ class SummarizationModule(pl.LightningModule):
         self.rouge_l = RougeL()
         self._test_rows: list[dict] = []
         self.provenance: dict[str, Any] = {}  # the run's id and lineage (`trainer.train.provenance`), in checkpoints
+        self.reading = dict(reading or {})  # how the data read its text (`data_reading`), in checkpoints
         if samples_to_log < 0:
             raise ValueError(f"samples_to_log must be at least 0, got {samples_to_log}")
         self.samples_to_log, self.samples_seed = samples_to_log, samples_seed
@@ -370,7 +372,8 @@ class SummarizationModule(pl.LightningModule):
 
     def sample_rows(self, batch: Batch, decoded: Decoded) -> list[dict[str, Any]]:
         """What the model writes for a labelled batch, one flat row per article: the reference; the greedy summary
-        (`decoded`, `validation_step`'s) with its length, repeated-trigram rate, ROUGE and `metrics` (test scales) and,
+        (`decoded`, `validation_step`'s) with its length, repeated-trigram rate, ROUGE and `metrics` (test scales, as
+        `score/<key>`) and,
         for a mixed run, its reward (as `val/reward` scores it) and weighted-sum terms."""
         written = self.summaries(decoded, batch)
         _, scores = evaluate([r["summary"] for r in written], [r["reference"] for r in written], self.metrics,
@@ -383,7 +386,8 @@ class SummarizationModule(pl.LightningModule):
             summary, reference = as_text([row["summary"], row["reference"]])
             rows.append({"id": row["id"], "reference": reference, "summary": summary,
                          "length": int(inputs.hyp_lens[i]),
-                         "repeated_trigrams": float(repeats[i]) / max(int(trigrams[i]), 1), **scores[i]})
+                         "repeated_trigrams": float(repeats[i]) / max(int(trigrams[i]), 1),
+                         **{f"score/{key}": value for key, value in scores[i].items()}})  # no metric's name is a field
             if rewards is not None:
                 rows[-1]["reward"] = finite_or_none(float(rewards[i]))
                 rows[-1] |= {f"reward/{name}": finite_or_none(float(value[i])) for name, value in terms.items()}
@@ -451,4 +455,4 @@ class SummarizationModule(pl.LightningModule):
 
     # ---------------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["sumrl"] = checkpoint_description(self.stage, self.model, self.vocab) | self.provenance
+        checkpoint["sumrl"] = checkpoint_description(self.stage, self.model, self.vocab, self.reading) | self.provenance
