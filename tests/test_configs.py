@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
@@ -14,13 +15,21 @@ CONF = Path(__file__).resolve().parents[1] / "conf"
 BASE = ["output_dir=/tmp/sumrl-test", "run_name=test", "cache_dir=/tmp/sumrl-test-cache"]
 
 
+@pytest.fixture(autouse=True)
+def _unset_hydra_config():
+    yield
+    HydraConfig.instance().cfg = None  # other tests run outside Hydra, as they would
+
+
 def options(group):
     return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
 
 
 def compose_train(overrides):
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-        return compose("train", overrides=BASE + overrides)
+        cfg = compose("train", overrides=BASE + overrides, return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)  # ${hydra:runtime.choices.*} resolves as in a run (conf/logger/wandb.yaml)
+    return cfg
 
 
 @pytest.mark.parametrize("group", ["data", "model", "optimizer", "reward", "gamma", "logger", "callbacks"])

@@ -36,5 +36,6 @@ def staged_batches(points: list[list[str]], max_batch_size: int | None) -> list[
 class StagedSweeper(BasicSweeper):
     """Hydra's basic sweeper (the cartesian product of the sweep's values), batched by stage (`staged_batches`)."""
 
-    def split_arguments(self, overrides: list[Override], max_batch_size: Optional[int]) -> list[list[list[str]]]:
+    @staticmethod
+    def split_arguments(overrides: list[Override], max_batch_size: Optional[int]) -> list[list[list[str]]]:
         return staged_batches(BasicSweeper.split_arguments(overrides, None)[0], max_batch_size)
