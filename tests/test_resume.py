@@ -3,6 +3,7 @@ resumes in its own directory and continues exactly as if uninterrupted, also aft
 SIGTERM in any stage checkpoints what there is and exits 143; starting points and settings are checked before any
 work (vocabulary, stage, a missing MLE start, a reused folder), and refused runs leave others' records alone."""
 import csv
+import fcntl
 import json
 import os
 import shutil
@@ -436,3 +437,29 @@ def test_a_second_sweep_into_a_folder_with_runs_is_refused_before_hydra_writes(t
         f"SettingsError: hydra.sweep.dir {tmp_path / 'sweep'} already holds runs (mle): give the sweep a new folder, "
         "or continue them (and add points) with resume_if_exists=true")
     assert files(tmp_path / "sweep") == before  # multirun.yaml too
+
+
+# ---------------------------------------------------------------- issue 41: folders, validations, stale results
+
+def test_the_default_run_folder_is_one_per_start(monkeypatch):
+    # Two starts in the same second shared runs/<data>/<time>_<run_name> and reported one model twice.
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from trainer.train import ATTEMPT
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        cfg = compose("train", overrides=["reward=mle"], return_hydra_config=True)
+    monkeypatch.setattr(HydraConfig.instance(), "cfg", None)  # restored after the test: no run is going on
+    HydraConfig.instance().set_config(cfg)
+    assert Path(cfg.hydra.run.dir).name == f"{ATTEMPT}_mle" and ATTEMPT.endswith(f"_{os.getpid()}")
+
+
+def test_a_second_start_into_a_folder_in_use_is_refused(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    with (folder / ".lock").open("a") as lock:  # the first start, still running, holds the folder's lock
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with pytest.raises(SettingsError, match=f"output_dir {folder} is in use by another run started into it"):
+            run(compose_run(tmp_path, "run", ["reward=mle", "trainer.max_steps=1", "test=false"]))
+    assert not (folder / "config.yaml").exists()
+    run(compose_run(tmp_path, "run", ["reward=mle", "trainer.max_steps=1", "test=false"]))  # once it has ended
+    assert global_step(folder / "checkpoints" / "last.ckpt") == 1
