@@ -463,3 +463,22 @@ def test_a_second_start_into_a_folder_in_use_is_refused(tmp_path):
     assert not (folder / "config.yaml").exists()
     run(compose_run(tmp_path, "run", ["reward=mle", "trainer.max_steps=1", "test=false"]))  # once it has ended
     assert global_step(folder / "checkpoints" / "last.ckpt") == 1
+
+
+def curve_points(run_dir: Path) -> list[dict[str, str]]:
+    """Every validation of a run (val_curve.csv) without the seconds before it, which vary from run to run."""
+    return [{k: v for k, v in row.items() if k != "seconds"} for row in csv.DictReader((run_dir / "val_curve.csv").open())]
+
+
+@pytest.mark.slow
+def test_sigterm_in_a_mid_training_validation_is_redone_by_the_resume(tmp_path):
+    # checkpoint_every=1: last.ckpt is due at step 2 too, which validates; SIGTERM stops that validation halfway
+    mle = ["reward=mle", "trainer.max_steps=4", "trainer.val_check_interval=2", "checkpoint_every=1", *SMALL_BATCHES]
+    whole = run(compose_run(tmp_path, "whole", mle))
+    with pytest.raises(SystemExit) as stopped:
+        run(compose_run(tmp_path, "run", [*mle, SIGTERM_AT, "+callbacks.sigterm.fn=fit", "+callbacks.sigterm.batch=1",
+                                          "+callbacks.sigterm.step=2"]))
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    assert stopped.value.code == 143
+    assert run(compose_run(tmp_path, "run", [*mle, f"ckpt_path={last}"])) == whole
+    assert curve_points(tmp_path / "run") == curve_points(tmp_path / "whole")  # step 2's validation too
