@@ -22,6 +22,7 @@ from trainer.checkpoints import AtomicCheckpointIO, BestCheckpoint, CheckpointEr
 from trainer.module import SummarizationModule
 from trainer.train import RunFolders, SettingsError, check_settings, run
 
+from test_scripts import load_script
 from test_train import ROOT, TINY, compose_run, global_step
 
 TIMEOUT = 600
@@ -482,3 +483,20 @@ def test_sigterm_in_a_mid_training_validation_is_redone_by_the_resume(tmp_path):
     assert stopped.value.code == 143
     assert run(compose_run(tmp_path, "run", [*mle, f"ckpt_path={last}"])) == whole
     assert curve_points(tmp_path / "run") == curve_points(tmp_path / "whole")  # step 2's validation too
+
+
+@pytest.mark.slow
+def test_table4_leaves_a_run_stopped_in_its_test_as_it_is(tmp_path, capsys):
+    """table4 decoded a run stopped in its test at beam 5 and rewrote its config.yaml (train false, beam 5, init_from
+    itself), so that the run's own resume was refused. It names the run and writes nothing."""
+    run(compose_run(tmp_path, "mle", ["reward=mle", "trainer.max_steps=2", "trainer.val_check_interval=2",
+                                      "test=false"]))  # beam 2 (TINY)
+    config = tmp_path / "mle" / "config.yaml"  # as a kill in the test leaves the run: tested, without results
+    config.write_text(config.read_text().replace("\ntest: false\n", "\ntest: true\n"))
+    before = files(tmp_path / "mle")
+    with pytest.raises(SystemExit, match="none of the runs given has test results"):
+        load_script("table4").main([str(tmp_path / "mle"), "--metrics", "--out", str(tmp_path)])
+    assert files(tmp_path / "mle") == before
+    last = tmp_path / "mle" / "checkpoints" / "last.ckpt"
+    assert f"leaving out {tmp_path / 'mle'}: it has no test results (summaries.jsonl); resume it with ckpt_path={last}" \
+        in capsys.readouterr().err
