@@ -30,10 +30,12 @@ def repeated_ngram_counts(ids: Tensor, lengths: Tensor, base: int, n: int = 3) -
 
 class RepeatPenalty:
     """`reward` times the share of the summary's trigrams that are not repeats. It is `reward` to the tables (name,
-    display, test metric) and keeps it as `wrapped`: the test metric is the reward unpenalised."""
+    display, test metric) and keeps it as `wrapped`: the test metric is the reward unpenalised. Its last call's
+    unpenalised values are a term, `unpenalized`, logged beside the penalised reward (`train/reward/unpenalized`)."""
 
     def __init__(self, reward: Reward):
         self.wrapped = reward
+        self._unpenalized: Tensor | None = None
         self.name, self.needs_reference = reward.name, reward.needs_reference
         self.display, self.test_metric = display(reward), test_metric_of(reward)
         low, high = reward_bounds(reward)
@@ -41,7 +43,8 @@ class RepeatPenalty:
 
     @property
     def term_values(self) -> dict[str, Tensor]:
-        return getattr(self.wrapped, "term_values", {})
+        unpenalized = {} if self._unpenalized is None else {"unpenalized": self._unpenalized}
+        return {**getattr(self.wrapped, "term_values", {}), **unpenalized}
 
     @property
     def diagnostics(self) -> dict[str, float]:
@@ -50,7 +53,8 @@ class RepeatPenalty:
     def __call__(self, inputs: RewardInput) -> Tensor:
         base = len(inputs.vocab) + inputs.batch.n_copy_oovs
         repeats, total = repeated_ngram_counts(inputs.hyp, inputs.hyp_lens, base)
-        return self.wrapped(inputs) * (1 - repeats / total.clamp(min=1))
+        self._unpenalized = self.wrapped(inputs)
+        return self._unpenalized * (1 - repeats / total.clamp(min=1))
 
 
 PENALIZE_REPEATS = (True, False, "blind")
@@ -73,3 +77,14 @@ def penalize_repeats(reward: Reward | None, enabled: bool | str = "blind") -> Re
     if reward is None or not enabled or (enabled == "blind" and sees_repeats(reward)):
         return reward
     return RepeatPenalty(reward)
+
+
+def penalty_note(reward: Reward, enabled: bool | str) -> str:
+    """The training reward, said as a run starts: whether `rl.penalize_repeats` wraps it, and how to change that."""
+    if isinstance(reward, RepeatPenalty):
+        why = ": it is blind to repeats" if enabled == "blind" else ""
+        return (f"training reward {reward.name} × the share of its summary's trigrams that are not repeats "
+                f"(rl.penalize_repeats={enabled}{why}); logged unpenalised as train/reward/unpenalized, tested "
+                "unpenalised; rl.penalize_repeats=false trains on it as it is")
+    why = ": it sees repeats" if enabled == "blind" else ""
+    return f"training reward {reward.name}, without the repeat penalty (rl.penalize_repeats={enabled}{why})"

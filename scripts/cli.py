@@ -27,6 +27,7 @@ from models.text.records import DataError, Row
 from rewards.base import Reward
 from rewards.pretrained import PretrainedNotFound
 from rewards.scoring import TOKENIZERS, score_texts
+from trainer.checkpoints import CheckpointError
 
 CONF = "conf"  # the package of the shipped configs, found through Hydra's package search path (pkg://conf)
 
@@ -36,7 +37,8 @@ class InputError(ValueError):
 
 
 # What a command line reports as one line instead of a traceback (DataError: a bad, missing or undecodable file).
-USER_ERRORS = (InputError, DataError, PretrainedNotFound, ConfigCompositionException, OverrideParseException)
+USER_ERRORS = (InputError, DataError, CheckpointError, PretrainedNotFound, ConfigCompositionException,
+               OverrideParseException)
 
 
 def command(main: Callable[[], Any]) -> Callable[[], None]:
@@ -72,6 +74,14 @@ def parse_reward_spec(spec: str) -> tuple[str, str]:
     """`NAME` or `LABEL=NAME` -> (label, config name). A label lets one config appear twice."""
     label, _, config = spec.rpartition("=")
     return (label or config), config
+
+
+def metrics_and_paths(values: Sequence[str], config_dirs: Sequence[str | Path] = ()) -> tuple[list[str], list[Path]]:
+    """`--metrics NAME ... RUN ...` (argparse hands the paths after the names to the option): a value that names no
+    reward config, shipped or in `config_dirs`, but an existing path, is a path."""
+    known = set(reward_configs(config_dirs))
+    names = [v for v in values if parse_reward_spec(v)[1] in known or not Path(v).exists()]
+    return names, [Path(v) for v in values if v not in names]
 
 
 def compose_rewards(specs: Sequence[str], overrides: Sequence[str] = (),

@@ -1,6 +1,6 @@
 r"""Correlate metrics with human judgments (meta-evaluation), as in Clark et al. (2019) Table 2.
 
-    python scripts/correlate.py judgments.jsonl --human overall grammar --exclude system=reference \
+    sumrl-correlate judgments.jsonl --human overall grammar --exclude system=reference \
         --rewards rouge_l sms --set rouge_l.beta=1.2 --tokenize treebank rouge_l=whitespace
 
 Scores each row's candidate against its reference with every reward (as scripts/score.py does),
@@ -23,7 +23,7 @@ Clark et al. (2019) Table 2, "Summaries" column (paper: ROUGE-L 0.117; GloVe 300
 SMS 0.258, S+WMS 0.214; here with GloVe 6B 50d: 0.117, 0.177, 0.244, 0.209). ROUGE-L reads
 lower-cased whitespace tokens (Clark et al.'s setting), the mover's metrics PTB tokens:
 
-    python scripts/correlate.py /work/shared/data/human/chaganty2018_cnndm.jsonl --human overall \
+    sumrl-correlate /work/shared/data/human/chaganty2018_cnndm.jsonl --human overall \
         --exclude system=reference --rewards rouge_l wms sms s_wms --set rouge_l.beta=1.2 \
         --tokenize treebank rouge_l=whitespace
 
@@ -31,7 +31,7 @@ Wu et al. (2020) Table 1 (paper: ROUGE-1 .1953 / .0975 / .2174; here the same) o
 documents judged for all five systems, ROUGE recall as the `rouge` package computes it (distinct n-grams, case
 kept, text split on '.' and whitespace); `--protocol pairs` gives the six system pairs:
 
-    python scripts/correlate.py /work/shared/data/human/chaganty2018_cnndm.jsonl \
+    sumrl-correlate /work/shared/data/human/chaganty2018_cnndm.jsonl \
         --human overall grammar redundancy --input-field doc_id --systems seq2seq pointer ml ml+rl \
         --rewards rouge_1_recall --tokenize rouge_package --protocol summary pairs system
 """
@@ -52,7 +52,8 @@ PROTOCOLS = ("summary", "pairs", "system")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="sumrl-correlate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("input", help="JSONL with candidate, reference and human-score fields")
     parser.add_argument("--human", nargs="+", required=True, metavar="FIELD",
                         help="human-judgment fields (numbers or null), one table each")

@@ -1,7 +1,7 @@
 r"""Score a JSONL file of candidate summaries with any rewards: by default a run's summaries.jsonl (fields
 `summary` and `reference`).
 
-    python scripts/score.py summaries.jsonl --rewards rouge_l sms --set rouge_l.beta=1.2 \
+    sumrl-score summaries.jsonl --rewards rouge_l sms --set rouge_l.beta=1.2 \
         --tokenize treebank rouge_l=whitespace -o scores.jsonl --keep id
 
 Rewards are named by their config in conf/reward/ and scored through `RewardInput.from_texts`,
@@ -22,7 +22,8 @@ from trainer.tables import markdown_table
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="sumrl-score", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("input", help="JSONL, one candidate per line")
     parser.add_argument("-o", "--output", help="per-example scores, JSONL: input line number, --keep fields, "
                                                "one field per reward")

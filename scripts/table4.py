@@ -1,7 +1,7 @@
 """Aggregate run directories into Clark et al.'s Table 4 layout.
 
-    python scripts/table4.py multirun/demo_grid            # the newest sweep under it
-    python scripts/table4.py runs/a runs/b --metrics wms sms s_wms
+    sumrl-table4 multirun/demo_grid            # the newest sweep under it
+    sumrl-table4 runs/a runs/b --metrics wms sms s_wms
 
 Each run is a directory with `config.yaml` and, once its test has run, `summaries.jsonl`. table4 only reads runs: a
 run without test results is left out, with a line saying how to finish it. Every run is scored with the same metrics
@@ -37,13 +37,15 @@ sys.path.insert(0, str(REPO))
 from models.text.records import csv_rows, jsonl_rows  # noqa: E402
 from models.text.vocab import split_at_sentence_ends  # noqa: E402
 from rewards.base import display  # noqa: E402
-from scripts.cli import add_config_dir_argument, compose_rewards  # noqa: E402
+from scripts.cli import add_config_dir_argument, compose_rewards, metrics_and_paths  # noqa: E402
 from trainer.callbacks import plot_curves  # noqa: E402
-from trainer.evaluate import ROWS, columns, evaluate, results_table, table_record  # noqa: E402
+from trainer.evaluate import (ROWS, SHAPE_KEYS, columns, evaluate, mean_shape, results_table, summary_shape,  # noqa: E402
+                              table_record)
 from trainer.significance import Interval, paired_bootstrap, paired_differences, pooled_bootstrap  # noqa: E402
 from trainer.tables import markdown_table, write_csv  # noqa: E402
 
 LEVEL = 0.95
+SHAPE_HEADERS = {"tokens": "tokens", "repeated_trigrams": "repeated trigrams"}
 
 
 @dataclass
@@ -181,16 +183,28 @@ def read_summaries(run: Path) -> list[dict]:
     return [row.data for row in jsonl_rows(run / "summaries.jsonl")]
 
 
-def score_run(run: Run, metrics: dict) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
-    """The run's means (and `n`), and its scores per article id. ROUGE and `metrics` are computed anew; the metrics
-    that read the article (not in summaries.jsonl: the unsupervised QA metrics, LS-Score) are taken as the run scored
-    them at test time."""
+def has_greedy(run: Run) -> bool:
+    """Whether the run's test kept greedy decodes beside its beam (runs tested since 2026-11-28)."""
+    return "greedy" in read_summaries(run.path)[0]
+
+
+def score_run(run: Run, metrics: dict, decoder: str = "beam") -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """The run's means (and `n`), and its scores per article id, of its test's beam decodes or, with `decoder`
+    "greedy", of its greedy decodes with each one's `summary_shape` (tokens, repeated trigrams). ROUGE and `metrics`
+    are computed anew; the metrics that read the article (not in summaries.jsonl: the unsupervised QA metrics,
+    LS-Score) are taken as the run scored them at test time."""
     path = run.path / "summaries.jsonl"
     rows = read_summaries(run.path)
+    if decoder == "greedy":
+        rows = [{**row, **row["greedy"]} for row in rows]  # the greedy summary, with its own scores
     hyps = [split_at_sentence_ends(r["summary"].split()) for r in rows]
     refs = [[s.split() for s in r["reference"].split("\n")] for r in rows]
     from_text = {key: metric for key, metric in metrics.items() if not display(metric).reads_article}
     means, per_example = evaluate(hyps, refs, from_text)
+    if decoder == "greedy":
+        for scores, hyp in zip(per_example, hyps):
+            scores |= summary_shape(hyp)
+        means |= mean_shape(per_example)
     for key in dict.fromkeys([*run.stored, *sorted(metrics.keys() - from_text.keys())]):
         stored = [r["scores"].get(key) for r in rows]
         if all(v is not None for v in stored):
@@ -277,6 +291,54 @@ def significance_report(results: dict[str, dict[str, float]], comparisons: dict[
     if diagonal:
         lines += ["", "Each reward on its own metric:", "", *diagonal]
     return "\n".join(lines)
+
+
+def lead3_row(run: Run, metrics: dict) -> dict[str, float] | None:
+    """See et al.'s Lead-3 baseline (the article's first three sentences, as the run's test kept them) scored as the
+    rows are, to place the MLE model; None for a run tested before tests kept it."""
+    rows = read_summaries(run.path)
+    if "lead3" not in rows[0]:
+        return None
+    from_text = {key: metric for key, metric in metrics.items() if not display(metric).reads_article}
+    hyps = [split_at_sentence_ends(r["lead3"].split()) for r in rows]
+    means, _ = evaluate(hyps, [[s.split() for s in r["reference"].split("\n")] for r in rows], from_text)
+    return {"n": len(rows), "seeds": 0, **means}
+
+
+def greedy_report(rows: dict[str, list[Run]], pairs: dict[Path, Run], metrics: dict, beam: dict[str, dict],
+                  own: dict[str, str], headers: dict[str, str], resamples: int, seed: int
+                  ) -> tuple[str, dict[str, dict[str, float]], dict[str, dict[str, Comparison]]]:
+    """Markdown: every row's greedy decodes (no trigram blocking, no minimum length) scored as its beam is, and each
+    reward row's difference from the baseline on its own metric under both decoders. Where the greedy gain is large
+    and the beam's small, what the reward taught is what the test's rules already do (stop repeating). Empty where
+    a run's test kept no greedy decodes."""
+    runs = [run for row_runs in rows.values() for run in row_runs]
+    if not all(has_greedy(run) for run in runs):
+        return "", {}, {}
+    means, scores, beam_shape = {}, {}, {}
+    for run in runs:
+        means[run.path], scores[run.path] = score_run(run, metrics, "greedy")
+        beam_shape[run.path] = mean_shape([{key: row[key] for key in SHAPE_KEYS} for row in read_summaries(run.path)])
+    results = {row: row_means([means[run.path] for run in row_runs]) for row, row_runs in rows.items()}
+    keys = list(dict.fromkeys([*own.values(), *SHAPE_KEYS]))
+    comparisons = compare_rows(rows, pairs, scores, keys, resamples, seed)
+    shown = {row: {f"beam {key}": float(np.mean([beam_shape[run.path][key] for run in row_runs])) for key in SHAPE_KEYS}
+             | {k: v for k, v in results[row].items() if k not in ("n", "seeds")} for row, row_runs in rows.items()}
+    table = results_table(shown, {f"beam {key}": f"beam {SHAPE_HEADERS[key]}" for key in SHAPE_KEYS}
+                          | {key: f"greedy {SHAPE_HEADERS[key]}" for key in SHAPE_KEYS}
+                          | {key: f"greedy {header}" for key, header in headers.items()})
+    lines = ["The same models' greedy decodes (no trigram blocking, no minimum length) beside the test's beam:", "",
+             table, "", "Each reward on its own metric, greedy against beam (difference from the baseline):", ""]
+    for row, metric in own.items():
+        if metric in comparisons.get(row, {}) and metric in beam.get(row, {}):
+            greedy, test = comparisons[row][metric], beam[row][metric]
+            shape = comparisons[row]
+            lines.append(f"- {row} on {headers.get(metric, metric)}: greedy {format_interval(greedy.pooled)}"
+                         f"{'*' if greedy.pooled.significant else ''}, beam {format_interval(test.pooled)}"
+                         f"{'*' if test.pooled.significant else ''}; greedy tokens "
+                         f"{format_interval(shape['tokens'].pooled)}, repeated trigrams "
+                         f"{format_interval(shape['repeated_trigrams'].pooled)}")
+    return "\n".join(lines), results, comparisons
 
 
 def interval_fields(interval: Interval) -> dict[str, float | bool]:
@@ -395,8 +457,9 @@ def row_means(scored: list[dict[str, float]]) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("paths", nargs="+", type=Path, help="run directories or sweep folders")
+    parser = argparse.ArgumentParser(prog="sumrl-table4", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("paths", nargs="*", type=Path, help="run directories or sweep folders")
     parser.add_argument("--metrics", nargs="*", default=["wms", "sms", "s_wms"],
                         help="reward configs (conf/reward/, or a --config-dir's reward/) used as test-time metrics")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
@@ -413,6 +476,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="show N test articles' reference and every row's summary with its own metric's score: "
                              "those whose own metrics vary most across the rows")
     args = parser.parse_args(argv)
+    args.metrics, paths = metrics_and_paths(args.metrics, args.config_dir)
+    args.paths += paths
+    if not args.paths:
+        parser.error("the following arguments are required: paths")
 
     runs = tested([Run.read(path) for path in find_runs(args.paths)])
     pairs = pair_with_baselines(runs, args.baseline)
@@ -432,7 +499,9 @@ def main(argv: list[str] | None = None) -> None:
     own = {row: row_runs[0].test_metric for row, row_runs in rows.items() if row_runs[0].test_metric}
     results = {row: row_means([means[run.path] for run in row_runs]) for row, row_runs in rows.items()}
     seeds = max(len(row_runs) for row_runs in rows.values())
-    report = results_table({row: {k: v for k, v in r.items() if k != "seeds"} for row, r in results.items()}, headers)
+    lead = lead3_row(next(run for run in runs if run.row == baseline), metrics) if baseline in rows else None
+    shown = {"Lead-3": lead, **results} if lead else results  # placing the models; compared with none of them
+    report = results_table({row: {k: v for k, v in r.items() if k != "seeds"} for row, r in shown.items()}, headers)
     if seeds > 1:
         report += f"\n\nmeans over each row's seeds ({seeds} at most)"
     comparisons = {}
@@ -444,7 +513,11 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"table4: {error}") from error
         report += "\n\n" + significance_report(results, comparisons, baseline, own, headers, seeds, args.resamples,
                                                  args.seed)
+        greedy, greedy_results, greedy_comparisons = greedy_report(rows, pairs, metrics, comparisons, own, headers,
+                                                                   args.resamples, args.seed)
+        report += "\n\n" + greedy if greedy else ""
     else:
+        greedy_results, greedy_comparisons = {}, {}
         print(f"table4: no intervals were computed (they need the {baseline} run, run_name {args.baseline}, "
               "and at least one other)", file=sys.stderr)
     out = args.out or default_out([run.path for run in runs])
@@ -457,12 +530,16 @@ def main(argv: list[str] | None = None) -> None:
         report += "\n\n" + examples_block(rows, scores, headers, args.examples, args.seed)
     print(report)
     (out / "table4.md").write_text(report + "\n")
-    write_results_csv(out / "table4.csv", results, comparisons)
-    table = {model: dict(row) for model, row in results.items()}
+    write_results_csv(out / "table4.csv", shown, comparisons)
+    table = {model: dict(row) for model, row in shown.items()}
     for model, cells in comparisons.items():
         table[model]["vs_mle"] = {metric: interval_fields(c.pooled) for metric, c in cells.items()}
         table[model]["vs_mle_per_seed"] = {str(s): {metric: interval_fields(c.per_seed[s]) for metric, c in
                                                     cells.items()} for s in next(iter(cells.values())).per_seed}
+    for model, means_greedy in greedy_results.items():
+        table[model]["greedy"] = dict(means_greedy)
+        table[model]["greedy"]["vs_mle"] = {metric: interval_fields(c.pooled)
+                                            for metric, c in greedy_comparisons.get(model, {}).items()}
     table["diagonal"] = {}  # each reward run on its own metric, by run name
     for row, metric in own.items():
         comparison = comparisons.get(row, {}).get(metric)

@@ -12,7 +12,20 @@ def test_summary_names_start_best_and_delta(tmp_path):
     assert curve.summary() == "val/reward 0.5000 at step 0 → best 0.6200 at step 10 (Δ +0.1200, 3 validations)"
     lowest = ValidationCurve("val/loss", "min", str(tmp_path))
     lowest.points = list(POINTS)
-    assert lowest.summary() == "val/loss 2.0000 at step 0 → best 1.5000 at step 10 (Δ -0.5000, 3 validations)"
+    assert lowest.summary() == ("val/loss 2.0000 at step 0 → best 1.5000 at step 10 (Δ -0.5000, 3 validations); "
+                                "greedy reward 0.5 → 0.62")
+
+
+def test_summary_shows_the_decodes_at_the_start_and_at_the_best_step(tmp_path):
+    curve = ValidationCurve("val/test_metric", "max", str(tmp_path))
+    curve.points = [{"step": 0, "val/test_metric": 160.0, "val/beam_length": 70.0, "val/length": 63.0,
+                     "val/repeated_trigrams": 0.27},
+                    {"step": 50, "val/test_metric": 170.0, "val/beam_length": 80.5, "val/length": 88.0,
+                     "val/repeated_trigrams": 0.41},
+                    {"step": 100, "val/test_metric": 165.0, "val/beam_length": 90.0, "val/length": 95.0}]
+    assert curve.summary() == ("val/test_metric 160.0000 at step 0 → best 170.0000 at step 50 (Δ +10.0000, "
+                               "3 validations); beam length 70 → 80.5, greedy length 63 → 88, greedy repeated "
+                               "trigrams 0.27 → 0.41")
 
 
 def test_points_survive_a_checkpoint_and_are_written(tmp_path):

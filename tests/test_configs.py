@@ -110,3 +110,27 @@ def test_content_selector_config_brings_its_module_and_stage():
     module = instantiate(cfg.module, model=model, vocab=Vocabulary([]), output_dir="/tmp/x")
     assert isinstance(model, ContentSelector) and isinstance(module, ContentSelectorModule)
     assert module.optimizer_factory.keywords["lr"] == cfg.stages.selector.lr
+
+
+@pytest.mark.parametrize("stage,overrides", [("mle", ["reward=mle"]), ("mixed", ["reward=rouge_l"]),
+                                             ("selector", ["model=content_selector"])])
+def test_the_stage_settings_the_readme_names_work_in_a_single_run(stage, overrides):
+    cfg = compose_train([*overrides, f"stages.{stage}.steps=4", f"stages.{stage}.val_every=2",
+                         f"stages.{stage}.lr=0.5"])
+    assert cfg.stage == stage
+    assert (cfg.trainer.max_steps, cfg.trainer.val_check_interval, cfg.optimizer.lr) == (4, 2, 0.5)
+    default = compose_train(overrides).trainer
+    assert (default.max_steps, default.val_check_interval, default.max_epochs) == (-1, 1.0, 10)  # as Lightning's
+
+
+def test_train_help_lists_the_config_groups_and_the_main_settings():
+    import subprocess
+    import sys
+    shown = subprocess.run([sys.executable, "-m", "trainer.train", "--help"], cwd=CONF.parent, capture_output=True,
+                           text=True, check=True).stdout
+    assert shown.startswith("sumrl-train")
+    groups = {line.split(":")[0] for line in shown.splitlines() if ": " in line}
+    assert {"data", "model", "reward", "gamma", "rl/baseline", "logger", "experiment"} <= groups
+    assert {"reward: " + ", ".join(options("reward"))} <= set(shown.splitlines())
+    for setting in ("stages.<mle|mixed>.steps", "stages.<mle|mixed>.val_every", "rl.samples", "select_by"):
+        assert setting in shown

@@ -4,7 +4,7 @@ import pytest
 
 from models.text.batch import Example, collate
 from models.text.records import DataError
-from models.text.vocab import Vocabulary, tokenize_sentences
+from models.text.vocab import Vocabulary, split_sentences, tokenize_sentences
 from trainer.data import RatioSplit, SummarizationData, tokenize_records
 from trainer.demo import FIRST, DemoCorpus
 from trainer.sources import Fields, HubDataset, LocalFile
@@ -113,6 +113,25 @@ def test_tokenizer_ptb_like_and_pretokenized():
     assert tokenize_sentences("He didn't go. She did!") == [["he", "did", "n't", "go", "."], ["she", "did", "!"]]
     assert tokenize_sentences("a b .\nc d .", pretokenized=True) == [["a", "b", "."], ["c", "d", "."]]
     assert tokenize_sentences("a b . c d", pretokenized=True) == [["a", "b", "."], ["c", "d"]]
+
+
+def test_raw_text_keeps_abbreviations_initials_decimals_and_quotes_inside_their_sentences():
+    text = ('Mr. Smith met the U.S. President at 3 p.m. on Jan. 5 in Washington. J. K. Rowling paid $3.50 (approx. '
+            'half). "We will win," he said. "Nobody doubts it." Dr. Doe, Ph.D., agreed... mostly.\nA new line.')
+    assert split_sentences(text) == [
+        "Mr. Smith met the U.S. President at 3 p.m. on Jan. 5 in Washington.", "J. K. Rowling paid $3.50 (approx. half).",
+        '"We will win," he said.', '"Nobody doubts it."', "Dr. Doe, Ph.D., agreed... mostly.", "A new line."]
+    assert tokenize_sentences("The U.S. President spoke. He left.") == [
+        ["the", "u.s.", "president", "spoke", "."], ["he", "left", "."]]  # split while cased, then lower-cased
+
+
+def test_pretokenized_text_keeps_its_splitting_at_every_sentence_final_token(monkeypatch):
+    """Every number measured on the shared sample rests on it: no raw-text splitter comes near pretokenized text."""
+    monkeypatch.setattr("models.text.vocab.segmenter", None)
+    text = "mr. smith met the u.s. president at 3 p.m. . he paid $ 3.50 . `` fine , '' he said . j. k. rowling"
+    assert tokenize_sentences(text, pretokenized=True) == [
+        ["mr.", "smith", "met", "the", "u.s.", "president", "at", "3", "p.m.", "."], ["he", "paid", "$", "3.50", "."],
+        ["``", "fine", ",", "''", "he", "said", "."], ["j.", "k.", "rowling"]]
 
 
 def test_ratio_split_exclusions_and_vocab_cache(tmp_path):

@@ -6,12 +6,12 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
-from models.decoding import MinLength, rollout_rows, sample_and_greedy
+from models.decoding import BlockRepeatedTrigrams, MinLength, rollout_rows, sample_and_greedy
 from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
 from models.text.batch import Example, collate
 from models.text.vocab import Vocabulary
 from rewards.base import Display, RewardInput
-from rewards.repeats import RepeatPenalty
+from rewards.repeats import RepeatPenalty, repeated_ngram_counts
 from rewards.rouge import RougeL
 from trainer.baselines import GreedyBaseline, LeaveOneOut
 from trainer.evaluate import table_record
@@ -63,6 +63,20 @@ def test_baseline_and_sample_decodes_run_without_gradient():
     grads = [p.grad for p in module.model.parameters() if p.grad is not None]
     assert grads and all(torch.isfinite(g).all() for g in grads)
     assert module.model.training  # the decode's eval mode was switched back
+
+
+def test_rollout_processors_rule_the_samples_and_the_greedy_baseline():
+    """`rl.processors` (here the test's trigram blocking) apply to every training decode: on a vocabulary this small,
+    unblocked rollouts of 8 tokens repeat trigrams; blocked ones never do."""
+    def rollout_repeats(processors):
+        module, batch = tiny_module()
+        module.samples, module.rollout_processors = 3, processors
+        torch.manual_seed(1)
+        decoded = module._rollouts(batch, module.model.encode(batch)).decoded
+        repeats, _ = repeated_ngram_counts(decoded.ids, decoded.lengths, len(module.vocab) + batch.n_copy_oovs)
+        return int(repeats.sum())
+    assert rollout_repeats([]) > 0
+    assert rollout_repeats([BlockRepeatedTrigrams()]) == 0
 
 
 def test_examples_without_reference_get_no_reward_based_gradient():
@@ -343,3 +357,19 @@ def test_select_by_is_checked():
     model = PointerGenerator(PointerGeneratorConfig(vocab_size=len(vocab), emb_dim=4, hidden_dim=4))
     with pytest.raises(ValueError, match="select_by must be one of"):
         SummarizationModule(model, vocab, optimizer=torch.optim.Adam, select_by="beam")
+
+
+class TokensPerTen:
+    name, needs_reference = "tokens", False
+
+    def __call__(self, inputs):
+        return inputs.hyp_lens.float() / 10
+
+
+def test_the_repeat_penalty_keeps_the_unpenalised_reward_beside_the_penalised_one():
+    inputs = RewardInput.from_texts([["a", "b", "c", "a", "b", "c"], ["a", "b", "c"]], [None, None],
+                                    Vocabulary("a b c".split()))
+    penalty = RepeatPenalty(TokensPerTen())
+    # trigrams abc bca cab abc: 1 of 4 repeats -> 0.6 × 3/4; abc alone: 0.3
+    torch.testing.assert_close(penalty(inputs), torch.tensor([0.45, 0.3]))
+    torch.testing.assert_close(penalty.term_values["unpenalized"], torch.tensor([0.6, 0.3]))

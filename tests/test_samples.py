@@ -86,8 +86,16 @@ def test_the_articles_are_the_same_for_every_data_order(tmp_path):
     assert chosen[0] == chosen[1] and len(chosen[0]) == 8
 
 
+class TokensPerHundred:
+    name, needs_reference = "length", False  # the name of a built-in field of the samples
+
+    def __call__(self, inputs):
+        return inputs.hyp_lens.float() / 100
+
+
 def test_sample_rows_score_the_greedy_summary_and_the_training_sample_leaves_the_rng_alone():
     module, batch = tiny_module()
+    module.metrics = {"length": TokensPerHundred()}
     labelled = batch.index_select([i for i in range(len(batch)) if batch.has_reference[i]])
     module.model.eval()
     with torch.no_grad():
@@ -98,8 +106,10 @@ def test_sample_rows_score_the_greedy_summary_and_the_training_sample_leaves_the
         again = module.training_samples(labelled, torch.Generator().manual_seed(0))
     scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
     for row in rows:
-        assert row["rougeL"] == pytest.approx(100 * scorer.score("the cat sat .", row["summary"])["rougeL"].fmeasure)
-        assert row["length"] == len(row["summary"].split())
+        reference = scorer.score("the cat sat .", row["summary"])["rougeL"].fmeasure
+        assert row["score/rougeL"] == pytest.approx(100 * reference)
+        assert row["length"] == len(row["summary"].split())  # a metric of that name cannot overwrite it
+        assert row["score/length"] == pytest.approx(len(row["summary"].split()) / 100)
     assert [r["id"] for r in drawn] == labelled.ids and drawn == again
 
 

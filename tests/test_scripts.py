@@ -247,3 +247,12 @@ def test_score_refuses_an_output_that_is_its_input(tmp_path, capsys):
         load_script("score").main([str(path), "--rewards", "rouge_l", "-o", str(tmp_path / "." / "rows.jsonl")])
     assert exit.value.code == 2 and "is the input file" in capsys.readouterr().err
     assert path.read_text() == before
+
+
+@pytest.mark.parametrize("script,command", [("score", "sumrl-score"), ("correlate", "sumrl-correlate"),
+                                            ("table4", "sumrl-table4")])
+def test_each_command_names_itself_in_its_help(script, command, capsys):
+    with pytest.raises(SystemExit):
+        load_script(script).main(["--help"])
+    shown = capsys.readouterr().out
+    assert shown.startswith(f"usage: {command} ") and "python scripts/" not in shown

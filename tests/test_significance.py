@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from rouge_score import rouge_scorer
 from scipy import stats
 
 from conftest import run_config
@@ -500,8 +501,9 @@ def test_a_new_reward_is_one_class_and_one_yaml_and_table4_shows_it_at_its_scale
             run_config(name, trained_with, run_id=name[0], lineage=lineage))
         write_jsonl(tmp_path / "runs" / name / "summaries.jsonl", [
             {"id": f"a{i}", "summary": s, "reference": "a b c .", "scores": {}} for i, s in enumerate(summaries)])
-    load_script("table4").main([str(tmp_path / "runs"), "--metrics", "length", "--config-dir",
-                                str(tmp_path / "my_conf"), "--resamples", "20", "--out", str(tmp_path)])
+    # as the README orders it: --metrics's names, then the runs (argparse handed them to --metrics)
+    load_script("table4").main(["--config-dir", str(tmp_path / "my_conf"), "--metrics", "length",
+                                str(tmp_path / "runs"), "--resamples", "20", "--out", str(tmp_path)])
     report = capsys.readouterr().out
     header, _, mle, mixed = report.splitlines()[:4]
     assert header.endswith("| Length |")
@@ -573,3 +575,35 @@ def test_compare_sweeps_pairs_runs_by_name_and_seed(tmp_path, capsys):
     assert seed_0.startswith(f"0: +{gain:.2f} [") and seed_0.endswith("]*")
     assert seed_1 == "1: +0.00 [+0.00, +0.00]"
     assert (tmp_path / "out" / "compare_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_table4_shows_the_lead3_and_each_rows_greedy_decodes_beside_its_beam(tmp_path, capsys):
+    """Runs tested with greedy decodes beside the beam: the ROUGE-L run's beam equals MLE's, while its greedy decodes
+    are the references where MLE's greedy decodes repeat a sentence; table4 shows that gap (greedy +Δ, beam 0), both
+    decoders' lengths and repeats, and a Lead-3 row scored from the MLE run's lead-3 as rouge-score scores it."""
+    references = [f"the {a} met the {b} ." for a, b in zip(WORDS[:20], WORDS[5:25])]
+    leads = [f"the {a} saw the {b} .\nit rained .\nthe end ." for a, b in zip(WORDS[:20], WORDS[5:25])]
+    repeated = [f"the {a} met the {a} met the {a} met ." for a in WORDS[:20]]
+    for name, greedy in (("mle", repeated), ("rouge_l", references)):
+        run = tmp_path / name
+        run.mkdir()
+        (run / "config.yaml").write_text(run_config(name, REWARDS[name]))
+        write_jsonl(run / "summaries.jsonl", [
+            {"id": f"a{i}", "summary": f"the {WORDS[i]} met .", "reference": r, "scores": {}, "tokens": 4,
+             "repeated_trigrams": 0.0, "greedy": {"summary": g, "scores": {}}, "lead3": lead}
+            for i, (r, g, lead) in enumerate(zip(references, greedy, leads))])
+    load_script("table4").main([str(tmp_path), "--metrics", "--out", str(tmp_path)])
+    report = capsys.readouterr().out
+    scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
+    lead_rouge = np.mean([100 * scorer.score(r, lead)["rougeL"].fmeasure for r, lead in zip(references, leads)])
+    lead_row = next(line for line in report.splitlines() if line.startswith("| Lead-3 |"))
+    assert lead_row.split(" | ")[3] == f"{lead_rouge:.2f}"
+    greedy_rouge = np.mean([100 * scorer.score(r, g)["rougeL"].fmeasure for r, g in zip(references, repeated)])
+    line = next(line for line in report.splitlines() if line.startswith("- Mixed w/ ROUGE-L on ROUGE-L: greedy"))
+    assert line.startswith(f"- Mixed w/ ROUGE-L on ROUGE-L: greedy +{100 - greedy_rouge:.2f} ")
+    assert line.endswith("beam +0.00 [+0.00, +0.00]; greedy tokens -4.00 [-4.00, -4.00], repeated trigrams -0.50 "
+                         "[-0.50, -0.50]")
+    table = json.loads((tmp_path / "table4.json").read_text())
+    assert table["Mixed w/ ROUGE-L"]["greedy"]["repeated_trigrams"] == 0
+    assert table["MLE+Pgen (no reward)"]["greedy"]["repeated_trigrams"] == pytest.approx(4 / 8)
+    assert table["Lead-3"]["rougeL"] == pytest.approx(lead_rouge)

@@ -5,13 +5,16 @@ import csv
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from rouge_score import rouge_scorer
 from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from test_scripts import load_script
@@ -58,7 +61,40 @@ def test_mle_run_trains_checkpoints_and_reports(mle_run):
     assert results["n"] == 12 and set(results) >= {"rouge1", "rouge2", "rougeL", "rougeLsum", "wms", "sms", "s_wms"}
     assert json.loads((run_dir / "results.json").read_text()) == results
     summaries = [json.loads(line) for line in (run_dir / "summaries.jsonl").open()]
-    assert len(summaries) == 12 and all(set(s) == {"id", "summary", "reference", "scores"} for s in summaries)
+    assert len(summaries) == 12 and all(set(s) == {"id", "summary", "reference", "scores", "tokens",
+                                                   "repeated_trigrams", "greedy", "lead3"} for s in summaries)
+
+
+def repeated_share(tokens: list[str]) -> float:
+    """Trigrams seen earlier in the summary over its trigrams, counted one by one."""
+    trigrams = [tuple(tokens[i:i + 3]) for i in range(len(tokens) - 2)]
+    return sum(t in trigrams[:i] for i, t in enumerate(trigrams)) / max(len(trigrams), 1)
+
+
+@pytest.mark.slow
+def test_the_test_writes_greedy_decodes_beside_the_beam_and_the_lead3(mle_run):
+    """Each article's greedy decode (no trigram blocking) is scored beside the beam's, with both decodes' lengths and
+    repeats; the lead-3 is the article's first three sentences."""
+    tmp, results = mle_run
+    rows = [json.loads(line) for line in (tmp / "mle" / "summaries.jsonl").open()]
+    scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
+    data = instantiate(compose_run(tmp, "mle", ["reward=mle"]).data)
+    data.setup()
+    articles = {ex.id: ex.source for ex in data.splits["test"]}
+    for row in rows:
+        for decoded in (row, row["greedy"]):
+            tokens = decoded["summary"].split()
+            assert decoded["tokens"] == len(tokens)
+            assert decoded["repeated_trigrams"] == pytest.approx(repeated_share(tokens))
+            assert decoded["scores"]["rougeL"] == pytest.approx(
+                100 * scorer.score(row["reference"], decoded["summary"])["rougeL"].fmeasure)
+        lead = row["lead3"].split("\n")
+        assert len(lead) == 3 and " ".join(lead).split() == articles[row["id"]][:len(" ".join(lead).split())]
+        assert all(sentence.split()[-1] in (".", "!", "?") for sentence in lead)
+    assert any(row["greedy"]["summary"] != row["summary"] for row in rows)
+    for key in ("rougeL", "sms", "tokens", "repeated_trigrams"):
+        assert results["greedy"][key] == pytest.approx(sum(r["greedy"].get(key, r["greedy"]["scores"].get(key))
+                                                           for r in rows) / len(rows))
 
 
 @pytest.mark.slow
@@ -163,6 +199,15 @@ def test_best_checkpoint_is_the_start_when_training_never_beats_it(mle_run):
     assert "at step 0 (Δ +0.0000" in (tmp / "flat" / "val_summary.txt").read_text()
 
 
+def console_noise(console: str, jobs: int) -> list[str]:
+    """What a sweep's console should not hold: absl's lines, Python warnings (`file.py:N: message`), Lightning's table
+    of test metrics (the results table prints them), a stage's result line twice."""
+    lines = console.splitlines()
+    noise = [line for line in lines if "absl" in line or re.search(r"\.py:\d+: ", line) or "test/rouge" in line]
+    results = [line for line in lines if "→ best" in line]
+    return noise + ([] if len(results) == jobs else results)
+
+
 @pytest.mark.slow
 def test_a_seed_sweep_runs_one_grid_per_seed_and_table4_pools_them(tmp_path, capsys):
     """`-m experiment=demo_grid reward=mle,rouge_l seed=0,1`: each seed's mixed run starts from that seed's MLE run
@@ -176,6 +221,7 @@ def test_a_seed_sweep_runs_one_grid_per_seed_and_table4_pools_them(tmp_path, cap
     done = subprocess.run([sys.executable, "-m", "trainer.train", *overrides], cwd=ROOT, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert console_noise(done.stdout + done.stderr, jobs=4) == []
     configs = {(s, r): OmegaConf.load(sweep / f"seed_{s}" / r / "config.yaml")
                for s in (0, 1) for r in ("mle", "rouge_l")}
     for seed in (0, 1):

@@ -12,11 +12,18 @@ from trainer.tables import write_csv
 
 log = logging.getLogger(__name__)
 
+# What the decodes were like at the start and at the best step, in the summary line: a gain in the test metric beside
+# greedy decodes that stopped repeating is what the test's trigram blocking already gives
+DECODES = {"val/beam_length": "beam length", "val/length": "greedy length",
+           "val/repeated_trigrams": "greedy repeated trigrams", "val/rouge_l": "greedy ROUGE-L",
+           "val/reward": "greedy reward", "val/lead3_copy": "greedy lead-3 copy"}
 PANELS = {"val/reward": "val reward", "val/loss": "val loss", "val/rouge_l": "val ROUGE-L",
           "val/length": "val length (tokens)", "val/repeated_trigrams": "val repeated trigrams",
-          "val/test_metric": "val test metric (beam, no penalty)", "val/lead3_copy": "val trigrams copied from lead-3"}
+          "val/test_metric": "val test metric (beam, no penalty)", "val/beam_length": "val beam length (tokens)",
+          "val/lead3_copy": "val trigrams copied from lead-3"}
 # beside the reward (or loss) panel, where a run logged them
-SUMMARY_PANELS = ("val/test_metric", "val/rouge_l", "val/length", "val/repeated_trigrams", "val/lead3_copy")
+SUMMARY_PANELS = ("val/test_metric", "val/beam_length", "val/rouge_l", "val/length", "val/repeated_trigrams",
+                  "val/lead3_copy")
 
 
 class ValidationCurve(pl.Callback):
@@ -46,6 +53,10 @@ class ValidationCurve(pl.Callback):
         if values:
             seconds = 0.0 if self._train_start is None else time.perf_counter() - self._train_start
             self.points.append({"step": trainer.global_step, "seconds": round(seconds, 2), **values})
+            if trainer.is_global_zero:  # progress in one line, where runs side by side have no progress bars
+                shown = [k for k in dict.fromkeys((self.monitor, *self.panels)) if k in values]
+                log.info("%s, step %d: %s", "/".join(self.output_dir.parts[-2:]), trainer.global_step,
+                         ", ".join(f"{k} {values[k]:.4g}" for k in shown))
 
     def state_dict(self) -> dict:
         return {"points": self.points}
@@ -54,23 +65,24 @@ class ValidationCurve(pl.Callback):
         self.points = list(state_dict["points"])
 
     def summary(self) -> str:
-        """`<monitor> <first> at step <s> → best <b> at step <n> (Δ <b − first>)`."""
+        """`<monitor> <first> at step <s> → best <b> at step <n> (Δ <b − first>)`, then the `DECODES` at both steps."""
         seen = [p for p in self.points if self.monitor in p]
         if not seen:
             return f"{self.monitor}: never validated"
         first = seen[0]
         pick = max if self.mode == "max" else min
         best = pick(seen, key=lambda p: p[self.monitor])
+        decodes = [f"{label} {first[key]:.4g} → {best[key]:.4g}" for key, label in DECODES.items()
+                   if key != self.monitor and key in first and key in best]
         return (f"{self.monitor} {first[self.monitor]:.4f} at step {first['step']} → best {best[self.monitor]:.4f} "
                 f"at step {best['step']} (Δ {best[self.monitor] - first[self.monitor]:+.4f}, "
-                f"{len(seen)} validations)")
+                f"{len(seen)} validations)" + (f"; {', '.join(decodes)}" if decodes else ""))
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.is_global_zero or not self.points:
             return
         line = self.summary()
         log.info(line)
-        print(line)
         self.output_dir.mkdir(parents=True, exist_ok=True)
         (self.output_dir / "val_summary.txt").write_text(line + "\n", encoding="utf-8")
         self.write_csv(self.output_dir / "val_curve.csv")

@@ -163,10 +163,19 @@ class LatestCheckpoint(Checkpoint):
         set_rng_states(state_dict["rng"])
 
 
-def checkpoint_description(stage: str, model: torch.nn.Module, vocab: Vocabulary) -> dict[str, Any]:
+def checkpoint_description(stage: str, model: torch.nn.Module, vocab: Vocabulary,
+                           reading: dict[str, Any] | None = None) -> dict[str, Any]:
     """A module's `checkpoint["sumrl"]`, read back by `checkpoint_info`: enough to rebuild the model without the
-    run's config, and to refuse it where it does not fit."""
-    return {"stage": stage, "model_config": asdict(model.config), "vocab": vocab.itos}
+    run's config (its class and settings), to read new text as its data was read (`reading`: `data_reading`), and to
+    refuse it where it does not fit."""
+    return {"stage": stage, "model_class": f"{type(model).__module__}.{type(model).__qualname__}",
+            "model_config": asdict(model.config), "vocab": vocab.itos, "reading": dict(reading or {})}
+
+
+def data_reading(pretokenized: bool, max_source_len: int, max_target_len: int) -> dict[str, Any]:
+    """How a run's data reads text (`trainer.data.SummarizationData`'s settings), as its checkpoints record it."""
+    return {"pretokenized": bool(pretokenized), "max_source_len": int(max_source_len),
+            "max_target_len": int(max_target_len)}
 
 
 def checkpoint_info(path: str | Path) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 a metric (the mover's similarities with exact EMD). Independent of the reward a model trained with."""
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any, Callable, Mapping
 
@@ -19,16 +20,38 @@ ROUGE_KEYS = tuple(ROUGE_COLUMNS)
 ROWS = {"mle": "MLE+Pgen (no reward)", "mixed": "Mixed w/ {reward}"}  # conf/train.yaml's `rows`
 
 
+@functools.cache
+def rouge_scorer_once() -> rouge_scorer.RougeScorer:
+    """rouge-score's scorer, built once: each build logs a line ("Using default tokenizer") through absl."""
+    return rouge_scorer.RougeScorer(list(ROUGE_KEYS), use_stemmer=True)
+
+
 def rouge_scores(hypotheses: list[list[list[str]]], references: list[list[list[str]]]) -> list[dict[str, float]]:
     """ROUGE-1/2/L/Lsum F ×100 per example (rouge-score, Porter stemming). Summaries are sentences of
     tokens; rougeLsum sees them newline-separated (ROUGE-1.5.5's summary-level ROUGE-L), rougeL as one
     sequence. We split sentences ourselves: rouge-score's splitter needs NLTK data that is offline here."""
-    scorer = rouge_scorer.RougeScorer(list(ROUGE_KEYS), use_stemmer=True)
+    scorer = rouge_scorer_once()
     out = []
     for hyp, ref in zip(hypotheses, references):
         scores = scorer.score("\n".join(" ".join(s) for s in ref), "\n".join(" ".join(s) for s in hyp))
         out.append({k: 100 * scores[k].fmeasure for k in ROUGE_KEYS})
     return out
+
+
+SHAPE_KEYS = ("tokens", "repeated_trigrams")
+
+
+def summary_shape(sentences: list[list[str]]) -> dict[str, float]:
+    """A summary's tokens and the share of its trigrams that already occurred earlier in it: what trigram blocking
+    removes at test, so a decoder's repeats show beside its scores."""
+    tokens = [token for sentence in sentences for token in sentence]
+    trigrams = list(zip(tokens, tokens[1:], tokens[2:]))
+    return {"tokens": len(tokens), "repeated_trigrams": (len(trigrams) - len(set(trigrams))) / max(len(trigrams), 1)}
+
+
+def mean_shape(shapes: list[dict[str, float]]) -> dict[str, float]:
+    """The mean of each `summary_shape` key (none for no summaries)."""
+    return {key: sum(s[key] for s in shapes) / len(shapes) for key in SHAPE_KEYS} if shapes else {}
 
 
 def as_text(summaries: list[list[list[str]]]) -> list[str]:

@@ -1,13 +1,20 @@
-"""Loggers that never block a run: wandb goes offline unless credentials exist and never prompts."""
+"""Loggers that never block a run: wandb goes offline unless credentials exist and never prompts. Each job of a sweep
+is its own wandb run, grouped under the sweep's folder and finished when the job ends."""
 from __future__ import annotations
 
 import netrc
 import os
+import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from omegaconf import DictConfig
 from pytorch_lightning.loggers import WandbLogger
-
 
 
 def has_wandb_credentials() -> bool:
@@ -19,15 +26,23 @@ def has_wandb_credentials() -> bool:
         return False
 
 
+def sweep_folder() -> str | None:
+    """The folder of the sweep this job belongs to (its wandb group), or None outside a multirun."""
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        return str(HydraConfig.get().sweep.dir)
+    return None
+
+
 def wandb_logger(project: str = "sumrl", save_dir: str = ".", offline: bool | None = None, **kwargs) -> WandbLogger:
-    """A WandbLogger that runs offline (sync later with `wandb sync`) when no credentials are found."""
+    """A WandbLogger that runs offline (sync later with `wandb sync`) when no credentials are found; in a sweep its
+    run is grouped under the sweep's folder. The other `kwargs` go to `wandb.init` (name, job_type, tags...)."""
     os.environ.setdefault("WANDB_SILENT", "true")
     os.environ.setdefault("WANDB_CONSOLE", "off")
     offline = not has_wandb_credentials() if offline is None else offline
     if offline:
         os.environ["WANDB_MODE"] = "offline"  # never prompt for a login
     return WandbLogger(project=project, save_dir=save_dir, offline=offline, id=run_id(save_dir), resume="allow",
-                       **kwargs)
+                       **{"group": sweep_folder(), **kwargs})
 
 
 def run_id(save_dir: str) -> str:
@@ -37,3 +52,13 @@ def run_id(save_dir: str) -> str:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(uuid.uuid4().hex[:12] + "\n")
     return path.read_text().strip()
+
+
+class FinishWandbRun(Callback):
+    """Hydra callback (conf/train.yaml): ends the job's wandb run when the job ends, failed or not, so that the next
+    job of a sweep starts a run of its own (Lightning would reuse the open one, merging the jobs)."""
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        wandb = sys.modules.get("wandb")  # imported only by a run that logs to wandb
+        if wandb is not None and wandb.run is not None:
+            wandb.finish(exit_code=0 if job_return.status == JobStatus.COMPLETED else 1)

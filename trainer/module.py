@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from models.decoding import Decoded, beam_search, check_beam_settings, greedy, rollout_rows, sample_and_greedy
+from models.decoding import (Decoded, StepProcessor, beam_search, check_beam_settings, greedy, rollout_rows,
+                             sample_and_greedy)
 from models.text.batch import Batch
 from models.text.vocab import SENTENCE_END, Vocabulary, split_at_sentence_ends
 from rewards.base import Reward, RewardInput, not_applicable, test_metric_of, zero_where_not_applicable
@@ -24,7 +25,7 @@ from rewards.rouge import RougeL
 from trainer.baselines import Baseline, GreedyBaseline
 from trainer.checkpoints import checkpoint_description
 from trainer.diagnostics import distinct_ngram_ratio, lead_copy_rate, novel_ngram_rate, repeated_ngram_rate
-from trainer.evaluate import ROUGE_KEYS, as_text, evaluate
+from trainer.evaluate import ROUGE_KEYS, SHAPE_KEYS, as_text, evaluate, mean_shape, summary_shape
 from trainer.samples import ValidationSamples
 from trainer.schedules import Constant
 
@@ -119,9 +120,10 @@ class SummarizationModule(pl.LightningModule):
                  reward: Reward | None = None, gamma: Callable[[int], float] | None = None,
                  samples: int = 1, baseline: Baseline | None = None, temperature: float = 1.0,
                  rl_max_len: int = 100, length_normalize: bool = False, val_max_len: int = 100,
-                 beam: dict[str, Any] | None = None, metrics: dict[str, Reward] | None = None,
+                 rollout_processors: dict[str, StepProcessor | None] | None = None, beam: dict[str, Any] | None = None, metrics: dict[str, Reward] | None = None,
                  select_by: str = "reward", max_nonfinite_steps: int = 10, output_dir: str = ".",
-                 unlabelled_fraction: float = 0.0, samples_to_log: int = 8, samples_seed: int = 0):
+                 unlabelled_fraction: float = 0.0, samples_to_log: int = 8, samples_seed: int = 0,
+                 reading: dict[str, Any] | None = None):
         super().__init__()
         if not 0 <= unlabelled_fraction < 1:
             raise ValueError(f"unlabelled_fraction must be in [0, 1), got {unlabelled_fraction}")
@@ -135,11 +137,17 @@ class SummarizationModule(pl.LightningModule):
             raise ValueError(f"rl.temperature must be positive, got {temperature}")
         self.temperature = temperature
         self.rl_max_len, self.length_normalize, self.val_max_len = rl_max_len, length_normalize, val_max_len
+        # rules on the training decodes' next tokens (samples and greedy baseline alike), e.g. the test's trigram
+        # blocking, so that the reward judges what the test decoder would not already fix
+        self.rollout_processors = [p for p in (rollout_processors or {}).values() if p is not None]
         self.beam = dict(beam or {})
         # the config names the rules (beam.processors.<name>), so that an experiment adds one, or drops one (null)
         self.beam["processors"] = [p for p in (self.beam.get("processors") or {}).values() if p is not None]
         check_beam_settings(**self.beam)  # now, not in the test-time decode after training
         self.metrics = dict(metrics or {})
+        if taken := sorted(set(self.metrics) & {"n", "greedy", *SHAPE_KEYS}):
+            raise ValueError(f"metrics: {', '.join(taken)} names what the test writes of every summary: give the "
+                             "metric another key")
         if select_by not in SELECT_BY:
             raise ValueError(f"select_by must be one of {SELECT_BY}, got {select_by!r}")
         self.select_by = select_by
@@ -148,6 +156,7 @@ class SummarizationModule(pl.LightningModule):
         self.rouge_l = RougeL()
         self._test_rows: list[dict] = []
         self.provenance: dict[str, Any] = {}  # the run's id and lineage (`trainer.train.provenance`), in checkpoints
+        self.reading = dict(reading or {})  # how the data read its text (`data_reading`), in checkpoints
         if samples_to_log < 0:
             raise ValueError(f"samples_to_log must be at least 0, got {samples_to_log}")
         self.samples_to_log, self.samples_seed = samples_to_log, samples_seed
@@ -208,7 +217,8 @@ class SummarizationModule(pl.LightningModule):
         self.model.eval()
         with self.timer("decode"):
             decoded = sample_and_greedy(self.model, enc, self.rl_max_len, generator=generator, samples=k,
-                                        with_greedy=with_greedy, temperature=self.temperature)
+                                        with_greedy=with_greedy, processors=self.rollout_processors,
+                                        temperature=self.temperature)
         self.model.train(training)
         decode_end = time.perf_counter()
         rows = rollout_rows(B, k, with_greedy)
@@ -330,7 +340,7 @@ class SummarizationModule(pl.LightningModule):
         if self.reward is not None and (labelled or not self.reward.needs_reference):
             values["reward"] = self._reward(inputs)[0].nanmean()  # the mean over the rows it applies to
         if self.reward is not None and labelled and self.select_by == "test_metric":
-            values["test_metric"] = self.test_metric(batch, enc)
+            values["test_metric"], values["beam_length"] = self.test_metric(batch, enc)
         where = "" if labelled else f"/{batch.domains[0]}"
         for key, value in values.items():
             # sync_dist: under DDP the checkpoint monitor must see the mean over all ranks, not rank 0's share
@@ -348,19 +358,22 @@ class SummarizationModule(pl.LightningModule):
             return self.metrics
         return self.metrics | {key: getattr(self.reward, "wrapped", self.reward)}
 
-    def test_metric(self, batch: Batch, enc: Any) -> Tensor:
+    def test_metric(self, batch: Batch, enc: Any) -> tuple[Tensor, Tensor]:
         """The mean of the reward's test metric, scored as the test scores it, over the test decoder's summaries of a
-        labelled batch."""
+        labelled batch, and their mean length in tokens."""
         key = test_metric_of(self.reward)
         rows = self.summaries(beam_search(self.model, enc, **self.beam), batch)
         means, _ = evaluate([r["summary"] for r in rows], [r["reference"] for r in rows],
                             {} if key in ROUGE_KEYS else {key: self.metrics_at_test[key]}, device=self.device,
                             sources=[r["article"] for r in rows])
-        return torch.tensor(means.get(key, float("nan")))  # evaluate's mean leaves out rows it does not apply to
+        length = mean_shape([summary_shape(r["summary"]) for r in rows])["tokens"]
+        # evaluate's mean leaves out rows the metric does not apply to
+        return torch.tensor(means.get(key, float("nan"))), torch.tensor(float(length))
 
     def sample_rows(self, batch: Batch, decoded: Decoded) -> list[dict[str, Any]]:
         """What the model writes for a labelled batch, one flat row per article: the reference; the greedy summary
-        (`decoded`, `validation_step`'s) with its length, repeated-trigram rate, ROUGE and `metrics` (test scales) and,
+        (`decoded`, `validation_step`'s) with its length, repeated-trigram rate, ROUGE and `metrics` (test scales, as
+        `score/<key>`) and,
         for a mixed run, its reward (as `val/reward` scores it) and weighted-sum terms."""
         written = self.summaries(decoded, batch)
         _, scores = evaluate([r["summary"] for r in written], [r["reference"] for r in written], self.metrics,
@@ -373,7 +386,8 @@ class SummarizationModule(pl.LightningModule):
             summary, reference = as_text([row["summary"], row["reference"]])
             rows.append({"id": row["id"], "reference": reference, "summary": summary,
                          "length": int(inputs.hyp_lens[i]),
-                         "repeated_trigrams": float(repeats[i]) / max(int(trigrams[i]), 1), **scores[i]})
+                         "repeated_trigrams": float(repeats[i]) / max(int(trigrams[i]), 1),
+                         **{f"score/{key}": value for key, value in scores[i].items()}})  # no metric's name is a field
             if rewards is not None:
                 rows[-1]["reward"] = finite_or_none(float(rewards[i]))
                 rows[-1] |= {f"reward/{name}": finite_or_none(float(value[i])) for name, value in terms.items()}
@@ -392,8 +406,15 @@ class SummarizationModule(pl.LightningModule):
 
     # ---------------------------------------------------------------- test
     def test_step(self, batch: Batch, batch_idx: int) -> None:
-        decoded = beam_search(self.model, self.model.encode(batch), **self.beam)
-        self._test_rows.extend(self.summaries(decoded, batch))
+        """The test's beam decodes, and beside them the greedy decodes without the test's rules (trigram blocking, a
+        minimum length): a gain that only those rules give shows as a gap between the two. Each row also keeps the
+        article's lead-3 (its first three sentences, See et al.'s baseline)."""
+        enc = self.model.encode(batch)
+        rows = self.summaries(beam_search(self.model, enc, **self.beam), batch)
+        plain = self.summaries(greedy(self.model, enc, self.val_max_len), batch)
+        for row, other, source in zip(rows, plain, batch.sources):
+            row["greedy"], row["lead3"] = other["summary"], split_at_sentence_ends(source)[:3]
+        self._test_rows.extend(rows)
 
     def summaries(self, decoded: Decoded, batch: Batch) -> list[dict]:
         rows = []
@@ -407,20 +428,31 @@ class SummarizationModule(pl.LightningModule):
         self._test_rows = []
 
     def on_test_epoch_end(self) -> None:
+        """Writes `summaries.jsonl` (per article: the beam summary with its scores, tokens and repeated-trigram share,
+        the same of the greedy decode under `greedy`, and the lead-3) and `results.json` (their means)."""
         rows = [r for r in self._test_rows if r["reference"] is not None]
-        means, per_example = evaluate([r["summary"] for r in rows], [r["reference"] for r in rows],
-                                      self.metrics_at_test, device=self.device, sources=[r["article"] for r in rows])
+        scored = {decoder: evaluate([r[decoder] for r in rows], [r["reference"] for r in rows], self.metrics_at_test,
+                                    device=self.device, sources=[r["article"] for r in rows])
+                  for decoder in ("summary", "greedy")}
+        shapes = {decoder: [summary_shape(r[decoder]) for r in rows] for decoder in scored}
         self.output_dir.mkdir(parents=True, exist_ok=True)
         with (self.output_dir / "summaries.jsonl").open("w", encoding="utf-8") as f:
-            for row, scores in zip(rows, per_example):
-                summary, reference = as_text([row["summary"], row["reference"]])
+            for i, row in enumerate(rows):
+                summary, reference, plain, lead = as_text([row["summary"], row["reference"], row["greedy"],
+                                                           row["lead3"]])
                 f.write(json.dumps({"id": row["id"], "summary": summary, "reference": reference,
-                                    "scores": scores}) + "\n")
-        results = {"n": len(rows), **means}
+                                    "scores": scored["summary"][1][i], **shapes["summary"][i],
+                                    "greedy": {"summary": plain, "scores": scored["greedy"][1][i],
+                                               **shapes["greedy"][i]},
+                                    "lead3": lead}) + "\n")
+        means = {decoder: scored[decoder][0] | mean_shape(shapes[decoder]) for decoder in scored}
+        results = {"n": len(rows), **means["summary"], "greedy": means["greedy"]}
         (self.output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-        for key, value in means.items():
+        for key, value in means["summary"].items():
             self.log(f"test/{key}", value)
+        for key, value in means["greedy"].items():
+            self.log(f"test/greedy/{key}", value)
 
     # ---------------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["sumrl"] = checkpoint_description(self.stage, self.model, self.vocab) | self.provenance
+        checkpoint["sumrl"] = checkpoint_description(self.stage, self.model, self.vocab, self.reading) | self.provenance

@@ -36,8 +36,9 @@ class ValidationSamples(pl.Callback):
     """At each validation (rank 0): `count` validation articles, chosen by `choose_articles`, with their greedy
     decodes from `validation_step` scored by the module's `sample_rows` and, in a mixed run, one training sample each
     (`training_samples`, drawn with a generator seeded by (`seed`, step): the training RNG never moves), written to
-    `<output_dir>/samples/step_<N>.jsonl`; a wandb logger gets them as the table `samples/step_<N>`. Prints the first
-    article's start beside its greedy summary, and logs the seconds it took, of the validation's."""
+    `<output_dir>/samples/step_<N>.jsonl`; a wandb logger gets them as the table `samples/step_<N>`. Logs the first
+    article's start beside its greedy summary, and the seconds it took, of the validation's (to the run's log file
+    only under `trainer.train`: conf/train.yaml)."""
 
     def __init__(self, count: int, seed: int, output_dir: str):
         self.count, self.seed, self.folder = count, seed, Path(output_dir) / "samples"
@@ -79,8 +80,7 @@ class ValidationSamples(pl.Callback):
         log.info("%s: %d articles in %.3f s, %.1f%% of the validation's %.2f s", path, len(rows), seconds,
                  100 * seconds / total, total)
         first = self._chosen[0]
-        pl_module.print(f"\n{first.id}, step {step}\n" + side_by_side(first.text or " ".join(first.source),
-                                                                      rows[0]["summary"]))
+        log.info(f"{first.id}, step {step}\n" + side_by_side(first.text or " ".join(first.source), rows[0]["summary"]))
 
     @staticmethod
     def _labelled_loader(trainer: pl.Trainer) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytorch_lightning as pl
 import torch
@@ -30,7 +30,8 @@ class ContentSelectorModule(pl.LightningModule):
     stage = SELECTOR_STAGE
 
     def __init__(self, model: ContentSelector, vocab: Vocabulary, optimizer: Callable[..., torch.optim.Optimizer],
-                 threshold: float = 0.5, glove: bool = False, output_dir: str = ".", unlabelled_fraction: float = 0.0):
+                 threshold: float = 0.5, glove: bool = False, output_dir: str = ".", unlabelled_fraction: float = 0.0,
+                 reading: dict[str, Any] | None = None):
         super().__init__()
         if unlabelled_fraction > 0:
             raise ValueError("the content selector learns from references only: train it on data without "
@@ -40,6 +41,7 @@ class ContentSelectorModule(pl.LightningModule):
                      len(vocab))
         self.model, self.vocab, self.optimizer_factory = model, vocab, optimizer
         self.threshold, self.output_dir = threshold, Path(output_dir)
+        self.reading = dict(reading or {})  # how the data read its text (`data_reading`), in checkpoints
         metrics = MetricCollection({"precision": BinaryPrecision(threshold), "recall": BinaryRecall(threshold),
                                     "f1": BinaryF1Score(threshold), "auc": BinaryAUROC()})
         self.val_metrics = metrics.clone(prefix="val/selection_")
@@ -92,4 +94,4 @@ class ContentSelectorModule(pl.LightningModule):
             self.log(f"test/{key}", value)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["sumrl"] = checkpoint_description(self.stage, self.model, self.vocab)
+        checkpoint["sumrl"] = checkpoint_description(self.stage, self.model, self.vocab, self.reading)

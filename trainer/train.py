@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import tempfile
+import warnings
 from contextlib import contextmanager, nullcontext
 from datetime import datetime
 from pathlib import Path
@@ -26,7 +27,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.utilities import rank_zero_only
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from trainer.checkpoints import (AtomicCheckpointIO, check_resume, check_vocabulary, checkpoint_info,
+from rewards.repeats import penalty_note
+from trainer.checkpoints import (AtomicCheckpointIO, check_resume, check_vocabulary, checkpoint_info, data_reading,
                                  keep_start_as_best, load_model_weights)
 from trainer.data import SummarizationData
 from trainer.evaluate import results_table, table_record
@@ -192,7 +194,8 @@ def build(cfg: DictConfig) -> tuple[SummarizationData, pl.LightningModule]:
         raise SettingsError("a reward other than mle trains the mixed stage, which starts from an MLE model: set "
                             "mle_checkpoint=<mle run>/checkpoints/best.ckpt (or init_from=none for random weights)")
     module = instantiate(cfg.module, model=model, vocab=data.vocab, output_dir=cfg.output_dir,
-                         unlabelled_fraction=data.unlabelled_fraction)
+                         unlabelled_fraction=data.unlabelled_fraction,
+                         reading=data_reading(data.pretokenized, data.max_source_len, data.max_target_len))
     if cfg.train:
         check_unlabelled(data, module)
     return data, module
@@ -252,8 +255,20 @@ def provenance(cfg: DictConfig) -> dict[str, Any]:
     return {"run_id": hashlib.sha1(folder.encode()).hexdigest()[:12], "lineage": lineage}
 
 
+def quiet_frameworks() -> None:
+    """A console a person reads: progress bars, a line per stage, the tables. What the frameworks add (devices, tips,
+    a deprecation inside Lightning) is nothing a user can act on."""
+    for name in ("pytorch_lightning", "lightning_fabric", "absl"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    # a mixed run's start checkpoint (`keep_start_as_best`) is written before Lightning's checkpoint callback looks
+    warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                            category=FutureWarning)
+
+
 def run(cfg: DictConfig) -> dict:
     """Train, then test the best checkpoint; returns (and writes) the test results."""
+    quiet_frameworks()
     check_settings(cfg)
     # other DDP ranks work in rank 0's folder
     with run_folder_lock(Path(cfg.output_dir).expanduser().resolve()) if rank_zero_only.rank == 0 else nullcontext():
@@ -271,9 +286,11 @@ def train_and_test(cfg: DictConfig) -> dict:
     if cfg.resume_if_exists and not cfg.ckpt_path and last.exists():  # a requeued cluster job picks up its run
         cfg.ckpt_path = str(last)
     data, module = build(cfg)  # checks the starting point first: its message names the right setting
+    if isinstance(module, SummarizationModule) and module.reward is not None:
+        log.info(penalty_note(module.reward, cfg.rl.penalize_repeats))
     check_run_dir(cfg)
-    loggers = [instantiate(c) for c in (cfg.logger or {}).values()]
-    callbacks = [instantiate(c) for c in (cfg.callbacks or {}).values()]
+    loggers = [instantiate(c) for c in (cfg.logger or {}).values() if c is not None]
+    callbacks = [instantiate(c) for c in (cfg.callbacks or {}).values() if c is not None]   # null drops one
     trainer: pl.Trainer = instantiate(cfg.trainer, logger=loggers or False, callbacks=callbacks,
                                       plugins=[AtomicCheckpointIO()])
     Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
@@ -282,6 +299,8 @@ def train_and_test(cfg: DictConfig) -> dict:
     with open_dict(cfg):
         cfg.update(module.provenance)
         cfg.table = record  # table4 reads the run's row, test metric and columns here
+    for logger in loggers:  # the composed config is the run's: wandb's run config, the CSV logger's hparams.yaml
+        logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     if not cfg.ckpt_path:  # a resume keeps the record of how the run was started (and was checked against it)
         (Path(cfg.output_dir) / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     if cfg.train:
@@ -299,9 +318,13 @@ def train_and_test(cfg: DictConfig) -> dict:
         torch.distributed.destroy_process_group()  # done with the other ranks
         trainer = instantiate(cfg.trainer, devices=1, num_nodes=1, strategy="auto", logger=loggers or False,
                               callbacks=callbacks)
-    call_or_stop(trainer, "test", cfg, model=module, datamodule=data, ckpt_path=best or cfg.ckpt_path or None)
+    call_or_stop(trainer, "test", cfg, model=module, datamodule=data, ckpt_path=best or cfg.ckpt_path or None,
+                 verbose=False)  # printed once, below
     results = json.loads((Path(cfg.output_dir) / "results.json").read_text())
-    print(results_table({cfg.run_name: results}, record["columns"]))
+    rows = {cfg.run_name: {k: v for k, v in results.items() if k != "greedy"}}
+    if "greedy" in results:  # the greedy decodes without the test's rules, beside its beam (trainer.module.test_step)
+        rows = {f"{cfg.run_name} (beam)": rows[cfg.run_name], f"{cfg.run_name} (greedy)": results["greedy"]}
+    print(results_table(rows, record["columns"]))
     return results
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterable
 
 from nltk.tokenize import TreebankWordTokenizer
+from syntok import segmenter
 
 from models.text.records import atomic_write
 
@@ -27,21 +28,32 @@ _treebank = TreebankWordTokenizer()
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?])[\"')\]]*\s+|\n+")
 
 
-def split_sentences(text: str) -> list[str]:
-    """Split raw text into sentences on newlines and sentence-final punctuation."""
+def split_at_punctuation(text: str) -> list[str]:
+    """Sentences ending at newlines and at every sentence-final punctuation mark (abbreviations included)."""
     return [s.strip() for s in _SENTENCE_BREAK.split(text) if s and s.strip()]
+
+
+def split_sentences(text: str) -> list[str]:
+    """Raw text's sentences: each line's, as syntok's rules split it (abbreviations, initials, decimals and quotes stay
+    inside their sentence). syntok starts sentences at capitals, so text without any (lower-cased) keeps the
+    punctuation rule. scripts/bench_splitters.py measured both against the alternatives (docs/RESULTS.md)."""
+    if text == text.lower():
+        return split_at_punctuation(text)
+    return ["".join(token.spacing + token.value for token in sentence).strip()
+            for line in text.split("\n") if line.strip()
+            for paragraph in segmenter.analyze(line) for sentence in paragraph]
 
 
 def tokenize_sentences(text: str, pretokenized: bool = False) -> list[list[str]]:
     """Lower-cased PTB-style tokens, one list per sentence.
 
-    `pretokenized` text (CNN/DM as See et al. released it) is split on whitespace; its sentences are
+    Raw text is split into sentences before it is lower-cased (a capital tells a new sentence from an abbreviation's
+    next word). `pretokenized` text (CNN/DM as See et al. released it) is split on whitespace; its sentences are
     its lines, or, on a single line, runs ending in a sentence-final token.
     """
-    text = text.lower()
     if not pretokenized:
-        return [_treebank.tokenize(s) for s in split_sentences(text)]
-    lines = [line.split() for line in text.split("\n") if line.strip()]
+        return [_treebank.tokenize(s.lower()) for s in split_sentences(text)]
+    lines = [line.split() for line in text.lower().split("\n") if line.strip()]
     if len(lines) > 1:
         return lines
     return split_at_sentence_ends(lines[0] if lines else [])

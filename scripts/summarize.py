@@ -1,0 +1,161 @@
+r"""Summarize your own articles with a trained model: beam search from a checkpoint, one summary per article.
+
+    sumrl-summarize --checkpoint runs/…/checkpoints/best.ckpt --input articles.jsonl --output summaries.jsonl \
+        --beam-size 5 --min-length 35 --block-trigrams --batch-size 32 --device cuda
+
+Input: JSONL (an `article` field, `id` optional), CSV (the same columns), or plain text, one article per line (any
+other extension). Each article is read as the checkpoint's data was read: raw text is lower-cased and split into
+sentences and PTB tokens, pretokenized text on whitespace (the checkpoint records which, and its lengths). Every line
+is read and checked before the model decodes any: a bad one stops the command with its file and line.
+
+Output: one JSON line per article, in input order: `id` (the input's, else its line number) and `summary` (tokens
+joined by spaces, one sentence per line, as a run's summaries.jsonl holds them).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+from omegaconf import OmegaConf
+from tqdm import tqdm
+
+from models.decoding import BlockRepeatedTrigrams, MinLength, beam_search, check_beam_settings
+from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
+from models.text.batch import Example, collate
+from models.text.records import DataError, atomic_write, csv_rows, jsonl_rows, numbered_lines
+from models.text.vocab import Vocabulary, split_at_sentence_ends
+from scripts.cli import InputError, command, int_at_least, positive_int
+from trainer.checkpoints import CheckpointError, checkpoint_info, data_reading, load_weights
+from trainer.data import tokenize_records
+from trainer.evaluate import as_text
+from trainer.sources import Fields, Record
+
+SUMMARIZER = f"{PointerGenerator.__module__}.{PointerGenerator.__qualname__}"
+
+
+class ArticleFile:
+    """The articles of a JSONL or CSV file (`article`, optional `id`) or of a text file (one a line, its line number
+    its id), as `Record`s (a `trainer.sources.Source`); an empty article is refused with its file and line."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.fields = Fields(article="article", summary=None, id="id")
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def records(self) -> Iterator[Record]:
+        if not self.path.is_file():
+            raise DataError(f"{self.path}: no such file")
+        for record in self._read():
+            if not record.article.strip():
+                raise DataError(f"{record.where}: the article is empty")
+            yield record
+
+    def _read(self) -> Iterator[Record]:
+        suffix = self.path.suffix.lower()
+        if suffix in (".jsonl", ".json", ".csv"):
+            rows = csv_rows(self.path) if suffix == ".csv" else jsonl_rows(self.path)
+            yield from (self.fields.record(row.data, row.where, row.line) for row in rows)
+            return
+        for number, line in numbered_lines(self.path):
+            if line.strip():  # a blank line separates nothing: it is no article
+                yield Record(id=str(number), article=line, summary=None, where=f"{self.path}:{number}")
+
+
+def reading_of(info: dict[str, Any], path: Path) -> dict[str, Any]:
+    """How the checkpoint's data read text: recorded in it, or, for a checkpoint from before sumrl recorded it, in the
+    config.yaml of the run that wrote it (`<run>/checkpoints/<name>.ckpt`)."""
+    if info.get("reading"):
+        return info["reading"]
+    config = path.resolve().parent.parent / "config.yaml"
+    if not config.is_file():
+        raise CheckpointError(f"checkpoint {path} does not record how its data was read (raw or pretokenized text), "
+                              f"and its run's {config} is not there")
+    data = OmegaConf.load(config).data
+    return data_reading(data.pretokenized, data.max_source_len, data.max_target_len)
+
+
+def load_summarizer(path: Path, device: torch.device) -> tuple[PointerGenerator, Vocabulary, dict[str, Any]]:
+    """The checkpoint's pointer-generator in eval mode on `device`, its vocabulary and its data's reading."""
+    info = checkpoint_info(path)
+    if info.get("stage") not in ("mle", "mixed"):
+        raise CheckpointError(f"checkpoint {path} is not a summarizer's (its stage is {info.get('stage')!r})")
+    if info.get("model_class", SUMMARIZER) != SUMMARIZER:  # older checkpoints name no class: pointer-generators
+        raise CheckpointError(f"checkpoint {path} holds a {info['model_class']}, whose frozen parts (a content "
+                              "selector) are not in the checkpoint: sumrl-summarize decodes pointer-generators")
+    model = PointerGenerator(PointerGeneratorConfig(**info["model_config"]))
+    load_weights(model, info)
+    return model.to(device).eval(), Vocabulary(info["vocab"]), reading_of(info, path)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="sumrl-summarize", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", type=Path, required=True, help="a run's checkpoints/best.ckpt (MLE or mixed)")
+    parser.add_argument("--input", type=Path, required=True, help="articles: .jsonl, .csv, or text, one a line")
+    parser.add_argument("--output", type=Path, required=True, help="JSONL: id and summary per article, input order")
+    parser.add_argument("--beam-size", type=positive_int, default=5)
+    parser.add_argument("--min-length", type=int_at_least(0), default=0, help="tokens before </s> may end a summary")
+    parser.add_argument("--max-length", type=positive_int, default=None,
+                        help="tokens at most (default: the checkpoint's data.max_target_len)")
+    parser.add_argument("--block-trigrams", action="store_true", help="no trigram twice in a summary (See et al.)")
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="articles decoded together")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    args = parser.parse_args(argv)
+    if args.output.resolve() == args.input.resolve():
+        parser.error(f"--output {args.output} is the input file, which writing the summaries would overwrite")
+    return args
+
+
+def device_of(name: str) -> torch.device:
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise InputError(f"--device {name}: not a device (cpu, cuda or cuda:N)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise InputError(f"--device {name}: this machine has no CUDA device (or torch is a CPU build)")
+    return device
+
+
+def summarize(model: PointerGenerator, vocab: Vocabulary, examples: list[Example], reading: dict[str, Any],
+              batch_size: int, beam: dict[str, Any]) -> list[str]:
+    """Each example's beam summary as text, in the examples' order, with a progress bar."""
+    summaries = []
+    with tqdm(total=len(examples), unit="article", desc="summarizing") as bar:
+        for start in range(0, len(examples), batch_size):
+            chunk = examples[start:start + batch_size]
+            batch = collate(chunk, vocab, reading["max_source_len"], reading["max_target_len"])
+            batch = batch.to(model.embedding.weight.device)
+            decoded = beam_search(model, model.encode(batch), **beam)
+            for i, (ids, n) in enumerate(zip(decoded.ids.tolist(), decoded.lengths.tolist())):
+                summaries.append(as_text([split_at_sentence_ends(vocab.decode(ids[:n], batch.oovs[i]))])[0])
+            bar.update(len(chunk))
+    return summaries
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    device = device_of(args.device)
+    model, vocab, reading = load_summarizer(args.checkpoint, device)
+    processors = [MinLength(args.min_length), *([BlockRepeatedTrigrams()] if args.block_trigrams else [])]
+    beam = {"beam_size": args.beam_size, "max_len": args.max_length or reading["max_target_len"],
+            "processors": processors}
+    try:
+        check_beam_settings(**beam)
+    except ValueError as error:
+        raise InputError(f"{error} (--min-length, --max-length)") from None
+    examples = tokenize_records(ArticleFile(args.input), reading["pretokenized"], "input")  # all read before decoding
+    with torch.inference_mode():
+        summaries = summarize(model, vocab, examples, reading, args.batch_size, beam)
+    lines = "".join(json.dumps({"id": e.id, "summary": s}) + "\n" for e, s in zip(examples, summaries))
+    atomic_write(args.output, lambda partial: partial.write_text(lines, encoding="utf-8"))
+
+
+cli = command(main)  # the console command: bad input is one line, not a traceback
+
+if __name__ == "__main__":
+    cli()
