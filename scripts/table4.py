@@ -3,9 +3,9 @@
     sumrl-table4 multirun/demo_grid            # the newest sweep under it
     sumrl-table4 runs/a runs/b --metrics wms sms s_wms
 
-Each run is a directory with `config.yaml` and `checkpoints/`. A run whose test split has not been
-decoded yet is decoded now with beam search from its best checkpoint. Every run is then scored with the
-same metrics (ROUGE from rouge-score; the mover's metrics with exact EMD), whatever it trained with.
+Each run is a directory with `config.yaml` and, once its test has run, `summaries.jsonl`. table4 only reads runs: a
+run without test results is left out, with a line saying how to finish it. Every run is scored with the same metrics
+(ROUGE from rouge-score; the mover's metrics with exact EMD), whatever it trained with.
 
 Every other run is compared, article by article, with the MLE run (--baseline names another) that it started
 from, as its config records (`lineage`); runs from before that record pair with the baseline of their seed. A
@@ -164,17 +164,18 @@ def pair_with_baselines(runs: list[Run], baseline: str) -> dict[Path, Run]:
     return pairs
 
 
-def decode_test_split(run: Path) -> None:
-    """Decode the run's test split from its best checkpoint (writes summaries.jsonl, results.json)."""
-    from trainer.train import run as train_run
-
-    checkpoint = run / "checkpoints" / "best.ckpt"
-    if not checkpoint.exists():
-        raise SystemExit(f"table4: {run} has no checkpoints/best.ckpt")
-    cfg = OmegaConf.load(run / "config.yaml")
-    cfg.train, cfg.init_from, cfg.ckpt_path, cfg.output_dir, cfg.logger = False, str(checkpoint), None, str(run), None
-    cfg.module.beam.beam_size = 5
-    train_run(cfg)
+def tested(runs: list[Run]) -> list[Run]:
+    """The runs whose test has written summaries.jsonl. Each other one is named with how to finish it: decoding it
+    here would rewrite its records with settings that are not its own."""
+    for run in runs:
+        if not (run.path / "summaries.jsonl").exists():
+            last = run.path / "checkpoints" / "last.ckpt"
+            finish = f"resume it with ckpt_path={last}" if last.exists() else "run it again"
+            print(f"table4: leaving out {run.path}: it has no test results (summaries.jsonl); {finish}", file=sys.stderr)
+    done = [run for run in runs if (run.path / "summaries.jsonl").exists()]
+    if not done:
+        raise SystemExit("table4: none of the runs given has test results (summaries.jsonl)")
+    return done
 
 
 def read_summaries(run: Path) -> list[dict]:
@@ -480,13 +481,11 @@ def main(argv: list[str] | None = None) -> None:
     if not args.paths:
         parser.error("the following arguments are required: paths")
 
-    runs = [Run.read(path) for path in find_runs(args.paths)]
+    runs = tested([Run.read(path) for path in find_runs(args.paths)])
     pairs = pair_with_baselines(runs, args.baseline)
     metrics = compose_rewards(args.metrics, args.set, args.config_dir)
     means, scores = {}, {}
     for run in runs:
-        if not (run.path / "summaries.jsonl").exists():
-            decode_test_split(run.path)
         means[run.path], scores[run.path] = score_run(run, metrics)
     headers = columns(metrics)
     for run in runs:

@@ -7,11 +7,12 @@ import pytorch_lightning as pl
 
 
 class SigtermAt(pl.Callback):
-    def __init__(self, fn: str, batch: int = 0):
+    def __init__(self, fn: str, batch: int = 0, step: int | None = None):
         self.fn, self.batch = fn, batch  # fn: "validate", "fit" or "test" (Lightning's trainer.state.fn)
+        self.step = step  # only at this optimizer step (None: at any)
 
     def _maybe(self, trainer: pl.Trainer, batch_idx: int) -> None:
-        if trainer.state.fn == self.fn and batch_idx == self.batch:
+        if trainer.state.fn == self.fn and batch_idx == self.batch and self.step in (None, trainer.global_step):
             os.kill(os.getpid(), signal.SIGTERM)
 
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):

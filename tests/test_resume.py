@@ -3,6 +3,7 @@ resumes in its own directory and continues exactly as if uninterrupted, also aft
 SIGTERM in any stage checkpoints what there is and exits 143; starting points and settings are checked before any
 work (vocabulary, stage, a missing MLE start, a reused folder), and refused runs leave others' records alone."""
 import csv
+import fcntl
 import json
 import os
 import shutil
@@ -21,6 +22,7 @@ from trainer.checkpoints import AtomicCheckpointIO, BestCheckpoint, CheckpointEr
 from trainer.module import SummarizationModule
 from trainer.train import RunFolders, SettingsError, check_settings, run
 
+from test_scripts import load_script
 from test_train import ROOT, TINY, compose_run, global_step
 
 TIMEOUT = 600
@@ -436,3 +438,65 @@ def test_a_second_sweep_into_a_folder_with_runs_is_refused_before_hydra_writes(t
         f"SettingsError: hydra.sweep.dir {tmp_path / 'sweep'} already holds runs (mle): give the sweep a new folder, "
         "or continue them (and add points) with resume_if_exists=true")
     assert files(tmp_path / "sweep") == before  # multirun.yaml too
+
+
+# ---------------------------------------------------------------- issue 41: folders, validations, stale results
+
+def test_the_default_run_folder_is_one_per_start(monkeypatch):
+    # Two starts in the same second shared runs/<data>/<time>_<run_name> and reported one model twice.
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from trainer.train import ATTEMPT
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        cfg = compose("train", overrides=["reward=mle"], return_hydra_config=True)
+    monkeypatch.setattr(HydraConfig.instance(), "cfg", None)  # restored after the test: no run is going on
+    HydraConfig.instance().set_config(cfg)
+    assert Path(cfg.hydra.run.dir).name == f"{ATTEMPT}_mle" and ATTEMPT.endswith(f"_{os.getpid()}")
+
+
+def test_a_second_start_into_a_folder_in_use_is_refused(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    with (folder / ".lock").open("a") as lock:  # the first start, still running, holds the folder's lock
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with pytest.raises(SettingsError, match=f"output_dir {folder} is in use by another run started into it"):
+            run(compose_run(tmp_path, "run", ["reward=mle", "trainer.max_steps=1", "test=false"]))
+    assert not (folder / "config.yaml").exists()
+    run(compose_run(tmp_path, "run", ["reward=mle", "trainer.max_steps=1", "test=false"]))  # once it has ended
+    assert global_step(folder / "checkpoints" / "last.ckpt") == 1
+
+
+def curve_points(run_dir: Path) -> list[dict[str, str]]:
+    """Every validation of a run (val_curve.csv) without the seconds before it, which vary from run to run."""
+    return [{k: v for k, v in row.items() if k != "seconds"} for row in csv.DictReader((run_dir / "val_curve.csv").open())]
+
+
+@pytest.mark.slow
+def test_sigterm_in_a_mid_training_validation_is_redone_by_the_resume(tmp_path):
+    # checkpoint_every=1: last.ckpt is due at step 2 too, which validates; SIGTERM stops that validation halfway
+    mle = ["reward=mle", "trainer.max_steps=4", "trainer.val_check_interval=2", "checkpoint_every=1", *SMALL_BATCHES]
+    whole = run(compose_run(tmp_path, "whole", mle))
+    with pytest.raises(SystemExit) as stopped:
+        run(compose_run(tmp_path, "run", [*mle, SIGTERM_AT, "+callbacks.sigterm.fn=fit", "+callbacks.sigterm.batch=1",
+                                          "+callbacks.sigterm.step=2"]))
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    assert stopped.value.code == 143
+    assert run(compose_run(tmp_path, "run", [*mle, f"ckpt_path={last}"])) == whole
+    assert curve_points(tmp_path / "run") == curve_points(tmp_path / "whole")  # step 2's validation too
+
+
+@pytest.mark.slow
+def test_table4_leaves_a_run_stopped_in_its_test_as_it_is(tmp_path, capsys):
+    """table4 decoded a run stopped in its test at beam 5 and rewrote its config.yaml (train false, beam 5, init_from
+    itself), so that the run's own resume was refused. It names the run and writes nothing."""
+    run(compose_run(tmp_path, "mle", ["reward=mle", "trainer.max_steps=2", "trainer.val_check_interval=2",
+                                      "test=false"]))  # beam 2 (TINY)
+    config = tmp_path / "mle" / "config.yaml"  # as a kill in the test leaves the run: tested, without results
+    config.write_text(config.read_text().replace("\ntest: false\n", "\ntest: true\n"))
+    before = files(tmp_path / "mle")
+    with pytest.raises(SystemExit, match="none of the runs given has test results"):
+        load_script("table4").main([str(tmp_path / "mle"), "--metrics", "--out", str(tmp_path)])
+    assert files(tmp_path / "mle") == before
+    last = tmp_path / "mle" / "checkpoints" / "last.ckpt"
+    assert f"leaving out {tmp_path / 'mle'}: it has no test results (summaries.jsonl); resume it with ckpt_path={last}" \
+        in capsys.readouterr().err

@@ -388,6 +388,18 @@ def test_table4_pools_seeds_and_counts_the_significant_ones(seed_grid, capsys):
     assert table["MLE+Pgen (no reward)"]["seeds"] == 3
 
 
+def test_table4_leaves_out_a_run_without_test_results_and_names_it(seed_grid, tmp_path, capsys):
+    """A sweep with an unfinished run gives the finished rows and a line naming that run (table4 decoded it, and
+    stopped in a traceback where it could not)."""
+    shutil.copytree(seed_grid, tmp_path / "sweep")
+    unfinished = tmp_path / "sweep" / "seed_2" / "rouge_l"
+    (unfinished / "summaries.jsonl").unlink()
+    load_script("table4").main([str(tmp_path / "sweep"), "--metrics", "--out", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert f"table4: leaving out {unfinished}: it has no test results (summaries.jsonl); run it again" in err
+    assert "2 of 2 seeds significant" in out and not (unfinished / "summaries.jsonl").exists()
+
+
 def test_table4_compares_a_run_with_the_mle_run_it_started_from(seed_grid, tmp_path, capsys):
     """Seed 1's ROUGE-L run started from seed 0's MLE run (its lineage says so), not from the MLE run of its seed."""
     shutil.copytree(seed_grid / "seed_0" / "mle", tmp_path / "a")

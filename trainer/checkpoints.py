@@ -92,11 +92,20 @@ def set_rng_states(states: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
+def validates_now(trainer: pl.Trainer) -> bool:
+    """Whether Lightning validates after the training batch that has just ended (its own decision, which it keeps
+    private)."""
+    loop = trainer.fit_loop
+    return loop.epoch_loop._should_check_val_fx(loop._data_fetcher)
+
+
 class LatestCheckpoint(Checkpoint):
     """Keeps `<dirpath>/last.ckpt` at the latest state: every `every_n_steps` optimizer steps, after each
     validation (once the best-model callback, listed before this one, has taken the new score), at the end of
     fit, when SIGTERM or Ctrl-C stops the run, and after the step during which SIGUSR1 arrived (outside SLURM,
-    where Lightning's requeue owns that signal). Carries the RNG states, restored on resume."""
+    where Lightning's requeue owns that signal). A step that validates is written after its validation, and a stop
+    during a validation leaves the checkpoint before it, so that a resume never skips a validation. Carries the RNG
+    states, restored on resume."""
 
     def __init__(self, dirpath: str, every_n_steps: int = 100):
         if every_n_steps < 1:
@@ -126,21 +135,25 @@ class LatestCheckpoint(Checkpoint):
 
     def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
         requested = trainer.strategy.reduce_boolean_decision(self._requested, all=False)  # any rank asked
-        if requested or trainer.global_step % self.every_n_steps == 0:
+        self._requested = requested or trainer.global_step % self.every_n_steps == 0
+        # Lightning resumes a checkpoint of a step that validates after that validation: the save after it stands in
+        if self._requested and not validates_now(trainer):
             self._requested = False
             self.save(trainer)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.state.fn == "fit":
             self._saved_step = -1  # the step is saved, but without this validation's score: save again
+            self._requested = False
             self.save(trainer)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.save(trainer)
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        # Before the first step there is nothing to resume: no checkpoint leaves the folder free to start again.
-        if trainer.state.fn == "fit" and trainer.global_step > 0:
+        # Before the first step there is nothing to resume: no checkpoint leaves the folder free to start again. During
+        # a validation the checkpoint before it stays the latest, so that the resume validates that step again.
+        if trainer.state.fn == "fit" and trainer.global_step > 0 and not trainer.validating:
             self.save(trainer)
 
     def state_dict(self) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Hydra entry point: `python -m trainer.train [overrides]`. Compose, instantiate, fit, test, report."""
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
@@ -9,9 +10,10 @@ import signal
 import sys
 import tempfile
 import warnings
+from contextlib import contextmanager, nullcontext
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import hydra
 import pytorch_lightning as pl
@@ -120,6 +122,20 @@ def check_run_dir(cfg: DictConfig) -> None:
         resume = f", or resume it with ckpt_path={last}" if last.exists() else ""
         raise SettingsError(f"output_dir {out} already holds a run: give the run (hydra.run.dir) or the sweep "
                             f"(hydra.sweep.dir) a new folder{resume}")
+
+
+@contextmanager
+def run_folder_lock(folder: Path) -> Iterator[None]:
+    """Holds `<folder>/.lock` while this run uses the folder, so that a second start into it meanwhile is refused. The
+    kernel drops the lock when the process ends, however it ends: no stale lock to clear after a kill."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / ".lock").open("a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SettingsError(f"output_dir {folder} is in use by another run started into it: give this run a "
+                                "folder of its own (hydra.run.dir, or leave it unset)") from None
+        yield
 
 
 def check_writable(folder: Path, setting: str) -> None:
@@ -254,6 +270,13 @@ def run(cfg: DictConfig) -> dict:
     """Train, then test the best checkpoint; returns (and writes) the test results."""
     quiet_frameworks()
     check_settings(cfg)
+    # other DDP ranks work in rank 0's folder
+    with run_folder_lock(Path(cfg.output_dir).expanduser().resolve()) if rank_zero_only.rank == 0 else nullcontext():
+        return train_and_test(cfg)
+
+
+def train_and_test(cfg: DictConfig) -> dict:
+    """`run`'s work, once its settings are checked and its folder is its own."""
     pl.seed_everything(cfg.seed, workers=True)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
