@@ -92,6 +92,10 @@ def compose_rewards(specs: Sequence[str], overrides: Sequence[str] = (),
     (`rouge_l.beta=1.2`, `wms.embeddings.path=...`); any Hydra override syntax works.
     """
     pairs = [parse_reward_spec(s) for s in specs]
+    known = reward_configs(config_dirs)
+    for _, config in pairs:
+        if config not in known and config != "mle":  # mle: named below as no reward
+            raise InputError(f"no reward config {config!r}: choose from {', '.join(known)}")
     labels = [label for label, _ in pairs]
     if len(set(labels)) != len(labels):
         raise InputError(f"reward labels must be unique, got {labels}; name copies LABEL=CONFIG")

@@ -32,7 +32,7 @@ from trainer.tables import markdown_table  # noqa: E402
 
 def runs_by_key(folders: list[Path]) -> dict[tuple[str, int | None], Run]:
     runs = {}
-    for path in find_runs(folders):
+    for path in find_runs(folders, prog="compare_sweeps"):
         run = Run.read(path)
         if (run.run_name, run.seed) in runs:
             raise SystemExit(f"compare_sweeps: two runs named {run.run_name!r} of seed {run.seed}: "
@@ -82,6 +82,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     a_runs, b_runs = runs_by_key(args.a), runs_by_key(args.b)
+    same = sorted(str(run.path) for run in a_runs.values()
+                  if run.path.resolve() in {other.path.resolve() for other in b_runs.values()})
+    if same:  # every difference would be +0.00
+        raise SystemExit(f"compare_sweeps: --a and --b both give {same[0]}: compare two sweeps")
     pairs = {key: (a_runs[key], b_runs[key]) for key in sorted(a_runs.keys() & b_runs.keys(), key=str)
              if a_runs[key].test_metric}
     if not pairs:

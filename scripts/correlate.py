@@ -38,6 +38,7 @@ kept, text split on '.' and whitespace); `--protocol pairs` gives the six system
 from __future__ import annotations
 
 import argparse
+import json
 import math
 
 from models.text.records import Row, read_jsonl
@@ -162,8 +163,13 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, dict[str, float]]
     summary protocol)."""
     args = parse_args(argv)
     exclusions = parse_exclusions(args.exclude)
-    rows = [row for row in read_jsonl(args.input)
-            if not any(row.matches(field, value) for field, value in exclusions)]
+    every_row = read_jsonl(args.input)
+    for field, value in exclusions:  # a misspelt value would exclude nothing, silently
+        if not any(row.matches(field, value) for row in every_row):
+            values = sorted({v if isinstance(v, str) else json.dumps(v) for v in (r.value(field) for r in every_row)})
+            raise InputError(f"--exclude {field}={value}: no row of {args.input} has that value (its values: "
+                             f"{', '.join(values[:10])}{', …' if len(values) > 10 else ''})")
+    rows = [row for row in every_row if not any(row.matches(field, value) for field, value in exclusions)]
     if args.systems:
         rows = complete_inputs(rows, args.input_field, args.system_field, args.systems)
     judgments = {dim: [row.number(dim) for row in rows] for dim in args.human}

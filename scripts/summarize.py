@@ -43,6 +43,7 @@ class ArticleFile:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.fields = Fields(article="article", summary=None, id="id")
+        self.numbered = Fields(article="article", summary=None, id=None)  # a file without ids: line numbers
 
     def __str__(self) -> str:
         return str(self.path)
@@ -59,7 +60,8 @@ class ArticleFile:
         suffix = self.path.suffix.lower()
         if suffix in (".jsonl", ".json", ".csv"):
             rows = csv_rows(self.path) if suffix == ".csv" else jsonl_rows(self.path)
-            yield from (self.fields.record(row.data, row.where, row.line) for row in rows)
+            yield from ((self.fields if "id" in row.data else self.numbered).record(row.data, row.where, row.line)
+                        for row in rows)
             return
         for number, line in numbered_lines(self.path):
             if line.strip():  # a blank line separates nothing: it is no article

@@ -34,10 +34,11 @@ from omegaconf import DictConfig, OmegaConf
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from models.text.records import csv_rows, jsonl_rows  # noqa: E402
+from models.text.records import DataError, Row, csv_rows, jsonl_rows  # noqa: E402
 from models.text.vocab import split_at_sentence_ends  # noqa: E402
 from rewards.base import display  # noqa: E402
-from scripts.cli import add_config_dir_argument, compose_rewards, metrics_and_paths  # noqa: E402
+from scripts.cli import (USER_ERRORS, add_config_dir_argument, command, compose_rewards, int_at_least,  # noqa: E402
+                         metrics_and_paths, positive_int)
 from trainer.callbacks import plot_curves  # noqa: E402
 from trainer.evaluate import (ROWS, SHAPE_KEYS, columns, evaluate, mean_shape, results_table, summary_shape,  # noqa: E402
                               table_record)
@@ -69,11 +70,18 @@ class Run:
 
     @classmethod
     def read(cls, path: Path) -> "Run":
-        cfg = OmegaConf.load(path / "config.yaml")
-        record = cfg.get("table") or recorded_table(cfg)
-        return cls(path, cfg.get("run_name") or path.name, record["row"], cfg.get("seed"), cfg.get("run_id"),
-                   list(cfg.get("lineage") or []), cfg.get("init_from"), cfg.get("threads"), record["test_metric"],
-                   dict(record["columns"]), list(record["stored"]), cfg.get("train", True))
+        """The run of a folder; a config.yaml that is not a run's (edited, truncated) is a DataError naming it."""
+        try:
+            cfg = OmegaConf.load(path / "config.yaml")
+            if not isinstance(cfg, DictConfig):
+                raise ValueError(f"a YAML {type(cfg).__name__}, not a mapping")
+            record = cfg.get("table") or recorded_table(cfg)
+            return cls(path, str(cfg.get("run_name") or path.name), str(record["row"]), cfg.get("seed"),
+                       cfg.get("run_id"), list(cfg.get("lineage") or []), cfg.get("init_from"), cfg.get("threads"),
+                       record["test_metric"], dict(record["columns"]), list(record["stored"]), cfg.get("train", True))
+        except Exception as error:  # whatever the file holds, one line naming it
+            reason = " ".join(str(error).split())[:200]
+            raise DataError(f"{path / 'config.yaml'}: not a run's config ({type(error).__name__}: {reason})") from None
 
     @property
     def weights_id(self) -> str | None:
@@ -98,13 +106,13 @@ def runs_below(path: Path) -> list[Path]:
     return sorted(p.parent for p in path.rglob("config.yaml") if is_run(p.parent))
 
 
-def find_runs(paths: list[Path]) -> list[Path]:
+def find_runs(paths: list[Path], prog: str = "table4") -> list[Path]:
     """Run directories under each path: the path itself, its child runs, a sweep's runs (every seed's), or the
-    runs of the newest sweep below it."""
+    runs of the newest sweep below it. `prog` names the script in its messages."""
     runs = []
     for path in paths:
         if not path.is_dir():
-            raise SystemExit(f"table4: {path} is not a directory (give run directories or sweep folders)")
+            raise SystemExit(f"{prog}: {path} is not a directory (give run directories or sweep folders)")
         if is_run(path):
             runs.append(path)
             continue
@@ -114,8 +122,8 @@ def find_runs(paths: list[Path]) -> list[Path]:
         if not children:
             sweeps = sorted((p for p in path.iterdir() if p.is_dir() and runs_below(p)), key=lambda p: p.name)
             if not sweeps:
-                raise SystemExit(f"table4: no run directories (with config.yaml) under {path}")
-            print(f"table4: using the newest sweep {sweeps[-1]}", file=sys.stderr)
+                raise SystemExit(f"{prog}: no run directories (with config.yaml) under {path}")
+            print(f"{prog}: using the newest sweep {sweeps[-1]}", file=sys.stderr)
             children = runs_below(sweeps[-1])
         runs.extend(children)
     return runs
@@ -125,6 +133,47 @@ def default_out(runs: list[Path]) -> Path:
     """The sweep that holds all the runs (the folder with Hydra's multirun.yaml), else their common folder."""
     common = Path(os.path.commonpath([run.resolve() for run in runs]))
     return next((p for p in [common, *common.parents] if (p / "multirun.yaml").exists()), common)
+
+
+# What differs between seeds of one row without making them different runs: the seed, what follows from it (folders,
+# ids, the starting checkpoint of that seed) and the thread count.
+SEED_KEYS = {"seed", "shuffle_seed", "run_id", "lineage", "threads", "caption", "tags", "init_from", "mle_checkpoint",
+             "ckpt_path", "output_dir", "dirpath", "save_dir", "default_root_dir"}
+
+
+def flat_settings(path: Path) -> dict[str, object]:
+    def flat(node: object, prefix: str) -> dict[str, object]:
+        if isinstance(node, dict):
+            return {k: v for key, value in node.items() for k, v in flat(value, f"{prefix}{key}.").items()}
+        return {prefix[:-1]: node}
+    return flat(OmegaConf.to_container(OmegaConf.load(path / "config.yaml")), "")
+
+
+def check_seeds_differ_only(runs: list[Run]) -> None:
+    """Seeds pooled into one row must be one run at other seeds: a row pooling another learning rate or step count
+    would report its intervals as a seed effect."""
+    first: dict[str, Run] = {}
+    for run in runs:
+        other = first.setdefault(run.row, run)
+        if other is run:
+            continue
+        a, b = flat_settings(other.path), flat_settings(run.path)
+        differ = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k) and k.split(".")[-1] not in SEED_KEYS)
+        if differ:
+            raise SystemExit(f"table4: {run.row!r} would pool seeds {other.seed} and {run.seed}, whose settings differ "
+                             f"in {', '.join(differ[:8])}{', …' if len(differ) > 8 else ''} ({other.path} and "
+                             f"{run.path}): give table4 runs that differ in their seed only")
+
+
+def writable(out: Path) -> Path:
+    """The --out folder, made now: one that cannot be written would fail after all the scoring."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / ".table4.partial").write_text("")
+        (out / ".table4.partial").unlink()
+    except OSError as error:
+        raise SystemExit(f"table4: --out: cannot write to {out} ({error.strerror or error})") from None
+    return out
 
 
 def baseline_row(runs: list[Run], baseline: str) -> str:
@@ -179,8 +228,36 @@ def tested(runs: list[Run]) -> list[Run]:
 
 
 def read_summaries(run: Path) -> list[dict]:
-    """The rows of the run's `summaries.jsonl`: id, summary, reference (text, one sentence a line), scores."""
-    return [row.data for row in jsonl_rows(run / "summaries.jsonl")]
+    """The rows of the run's `summaries.jsonl`: id, summary, reference (text, one sentence a line), scores (and, from
+    later tests, greedy, lead3 and the summary's shape). A field of another type is a DataError naming its line."""
+    rows = [checked_summary(row) for row in jsonl_rows(run / "summaries.jsonl")]
+    if not rows:
+        raise DataError(f"{run / 'summaries.jsonl'}: no records")
+    return rows
+
+
+def checked_summary(row: Row) -> dict:
+    for key in ("id", "summary", "reference"):
+        row.text(key)
+    checked_scores(row, row.value("scores"), "scores")
+    if "greedy" in row.data:
+        greedy = row.value("greedy")
+        if not isinstance(greedy, dict) or not isinstance(greedy.get("summary"), str):
+            raise row.error("field 'greedy' must be an object with a string 'summary'")
+        checked_scores(row, greedy.get("scores"), "greedy.scores")
+    if "lead3" in row.data:
+        row.text("lead3")
+    for key in (k for k in SHAPE_KEYS if k in row.data):
+        row.number(key)
+    return row.data
+
+
+def checked_scores(row: Row, scores: object, name: str) -> None:
+    """Scores: an object of finite numbers, or null where a metric did not apply."""
+    if not isinstance(scores, dict):
+        raise row.error(f"field {name!r} must be an object of numbers, got {json.dumps(scores)[:60]}")
+    for key in scores:
+        Row(row.path, row.line, scores).number(key)  # a DataError naming the line and the metric
 
 
 def has_greedy(run: Run) -> bool:
@@ -469,8 +546,8 @@ def main(argv: list[str] | None = None) -> None:
                                                   "holding all the runs, else their common folder)")
     parser.add_argument("--baseline", default="mle", help="the run name of the row the others are compared with "
                                                           "(bottom_up_mle for the bottom-up grid)")
-    parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples per interval")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap's resampling (and of the "
+    parser.add_argument("--resamples", type=positive_int, default=1000, help="bootstrap resamples per interval")
+    parser.add_argument("--seed", type=int_at_least(0), default=0, help="seed of the bootstrap's resampling (and of the "
                                                              "examples' tie-break)")
     parser.add_argument("--examples", type=int, default=0, metavar="N",
                         help="show N test articles' reference and every row's summary with its own metric's score: "
@@ -482,8 +559,16 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("the following arguments are required: paths")
 
     runs = tested([Run.read(path) for path in find_runs(args.paths)])
+    if not any(args.baseline in (run.run_name, run.row) for run in runs) and args.baseline != "mle":
+        parser.error(f"argument --baseline: {args.baseline} names none of the runs given (their names: "
+                     f"{', '.join(sorted({run.run_name for run in runs}))})")
+    check_seeds_differ_only(runs)
     pairs = pair_with_baselines(runs, args.baseline)
-    metrics = compose_rewards(args.metrics, args.set, args.config_dir)
+    try:
+        metrics = compose_rewards(args.metrics, args.set, args.config_dir)
+    except USER_ERRORS as error:
+        parser.error(f"argument --metrics/--set: {error}")
+    out = writable(args.out or default_out([run.path for run in runs]))
     means, scores = {}, {}
     for run in runs:
         means[run.path], scores[run.path] = score_run(run, metrics)
@@ -520,8 +605,6 @@ def main(argv: list[str] | None = None) -> None:
         greedy_results, greedy_comparisons = {}, {}
         print(f"table4: no intervals were computed (they need the {baseline} run, run_name {args.baseline}, "
               "and at least one other)", file=sys.stderr)
-    out = args.out or default_out([run.path for run in runs])
-    out.mkdir(parents=True, exist_ok=True)
     labelled = {(run.row if len(row_runs) == 1 else f"{run.row} (seed {run.seed})"): run.path
                 for row_runs in rows.values() for run in row_runs}
     evidence = validation_evidence(labelled, out, runs_caption(runs))
@@ -554,5 +637,7 @@ def main(argv: list[str] | None = None) -> None:
                          baseline, headers, runs_caption(runs))
 
 
+cli = command(main)  # the console command: bad input is one line, not a traceback
+
 if __name__ == "__main__":
-    main()
+    cli()

@@ -1,3 +1,4 @@
+import gzip
 import json
 
 import pytest
@@ -48,6 +49,17 @@ def test_collate_extended_ids_targets_and_reference_only_oovs():
     assert not batch.target_mask[1].any()
 
 
+def test_special_tokens_written_in_the_text_are_words_not_special_ids():
+    # A literal </s> in pretokenized text became the end-of-summary id mid-target (and <s> the start id).
+    vocab = Vocabulary(["a", "b", "."])
+    batch = collate([Example("1", ["a", "<s>", "b", "</s>"], [["a", "</s>", "b", "."]])], vocab)
+    V, specials = len(vocab), {vocab.pad_id, vocab.bos_id, vocab.eos_id}
+    assert batch.oovs[0] == ["<s>", "</s>"] and batch.src_ext[0].tolist() == [4, V, 5, V + 1]
+    assert not specials & set(batch.src[0].tolist())
+    assert batch.target[0].tolist() == [4, V + 1, 5, 6, vocab.eos_id]  # one end, at the end
+    assert vocab.decode(batch.target[0].tolist(), batch.oovs[0]) == ["a", "</s>", "b", "."]
+
+
 def test_truncated_target_has_no_eos():
     vocab = Vocabulary(["a"])
     batch = collate([Example("1", ["a"], [["a"] * 10])], vocab, max_target_len=5)
@@ -87,6 +99,17 @@ def test_undecodable_text_is_named_by_file_line_and_field(tmp_path, name, conten
     path.write_bytes(content)
     with pytest.raises(DataError, match=message):
         list(LocalFile(str(path)).records())
+
+
+@pytest.mark.parametrize("name", ["d.jsonl.gz", "d.csv.gz"])
+def test_gzipped_jsonl_and_csv_files_are_read(tmp_path, name):
+    # data=local with a .jsonl.gz said "unknown format 'gz'", although the reader reads gzip
+    rows = [{"id": "x1", "article": "a b .", "highlights": "a ."}, {"id": "x2", "article": "c d .", "highlights": "c ."}]
+    text = "".join(json.dumps(r) + "\n" for r in rows) if "jsonl" in name else "id,article,highlights\n" + "".join(
+        f"{r['id']},{r['article']},{r['highlights']}\n" for r in rows)
+    (tmp_path / name).write_bytes(gzip.compress(text.encode()))
+    records = list(LocalFile(str(tmp_path / name)).records())
+    assert [(r.id, r.article, r.summary) for r in records] == [(r["id"], r["article"], r["highlights"]) for r in rows]
 
 
 def test_csv_and_configurable_fields(tmp_path):
@@ -151,6 +174,46 @@ def test_ratio_split_exclusions_and_vocab_cache(tmp_path):
     assert again.vocab == data.vocab and again.splits["train"][0].id == data.splits["train"][0].id
     batch = next(iter(data.train_dataloader()))
     assert batch.src.shape[0] == 16
+
+
+def test_held_out_ids_stay_out_of_training_with_csv_files_saved_with_a_byte_order_mark(tmp_path, caplog):
+    # A spreadsheet program's BOM made the header's `id` another name: ids became row numbers, and held-out articles
+    # (none of whose ids matched any more) went into train and val.
+    path = tmp_path / "d.csv"
+    path.write_bytes("\ufeffid,article,summary\n".encode() + "".join(
+        f"a{i:02d},word{i} x y .,word{i} .\n" for i in range(40)).encode())
+    exclude = tmp_path / "heldout.csv"
+    exclude.write_bytes("\ufeffid\n".encode() + "".join(f"a{i:02d}\n" for i in range(10)).encode())
+    data = SummarizationData(LocalFile(str(path), fields=Fields(summary="summary")), split=RatioSplit(0.5, 0.25, 0.25),
+                             exclude_ids=str(exclude), pretokenized=True, cache_dir=str(tmp_path / "cache"), name="t")
+    data.setup()
+    ids = {k: {e.id for e in v} for k, v in data.splits.items()}
+    held_out = {f"a{i:02d}" for i in range(10)}
+    assert held_out <= ids["test"] and not held_out & (ids["train"] | ids["val"])
+    assert "exclude_ids" not in caplog.text  # every id of the list matched
+
+
+def test_a_misspelt_id_field_is_an_error_naming_it_not_row_numbers(tmp_path):
+    path = write_jsonl(tmp_path / "d.jsonl", [{"id": "x1", "article": "a b .", "highlights": "a ."}])
+    with pytest.raises(DataError, match=r"d\.jsonl:1: no id in field 'idd' \(fields\.id; fields present: \['article', "
+                                        r"'highlights', 'id'\]\): name the id field, or set fields\.id=null"):
+        list(LocalFile(str(path), fields=Fields(id="idd")).records())
+    assert [r.id for r in LocalFile(str(path), fields=Fields(id=None)).records()] == ["0"]
+
+
+def test_exclude_ids_that_match_no_id_are_an_error_and_a_partial_match_is_counted(tmp_path, caplog):
+    kwargs = dict(train=DemoCorpus(200, seed=1), split=RatioSplit(0.8, 0.1, 0.1), pretokenized=True, vocab_size=300,
+                  cache_dir=str(tmp_path / "cache"), name="t")
+    exclude = tmp_path / "heldout.tsv"
+    exclude.write_text("id\theldout_sets\nsee2017-test-000004\tqags\nsee2017-test-000011\tqags\n")
+    with pytest.raises(DataError, match=rf"^data\.exclude_ids {exclude}: none of its 2 ids is an id of data 't' "
+                                        r"\(its ids: 'see2017-test-000004', 'see2017-test-000011'; the data's: "
+                                        r"'demo-00000', "):
+        SummarizationData(**kwargs, exclude_ids=str(exclude)).setup()
+    exclude.write_text("id\theldout_sets\ndemo-00001\tqags\nsee2017-test-000004\tqags\n")
+    SummarizationData(**kwargs, exclude_ids=str(exclude)).setup()
+    assert (f"data.exclude_ids {exclude}: 1 of its 2 ids are ids of data 't' and kept out; the other 1 "
+            "('see2017-test-000004') are not in the data") in caplog.text
 
 
 def test_training_data_without_summaries_is_an_error_naming_the_file(tmp_path):

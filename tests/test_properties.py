@@ -2,6 +2,8 @@
 file loaders answer garbage with an error naming the line, never a traceback of another type."""
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 from pathlib import Path
@@ -90,3 +92,87 @@ def test_loaders_answer_garbage_with_an_error_naming_the_line(tmp_path, suffix, 
         SummarizationData(source, source, source, cache_dir=str(tmp_path / "cache")).setup()
     except DataError as error:  # any other exception type fails the test with its traceback
         assert re.match(rf"{re.escape(str(path))}(:\d+: |: no usable records)", str(error)), str(error)
+
+
+# ---------------------------------------------------------------- readers of malformed files (issue 41)
+
+READS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+BOM = "\ufeff".encode()
+JSON_VALUES = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=12) | st.lists(
+    st.integers(), max_size=2)
+
+
+def assert_one_line_naming(error: Exception, path: Path) -> None:
+    assert isinstance(error, DataError) and "\n" not in str(error), repr(error)
+    assert str(error).startswith(f"{path}:") or str(error).startswith(f"{path}: "), str(error)
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "csv"])
+@READS
+@given(rows=st.lists(st.tuples(st.text(max_size=12), st.text(max_size=30), st.text(max_size=20)), min_size=1,
+                     max_size=5), bom=st.booleans())
+def test_loaders_read_any_well_formed_file_as_written(tmp_path, suffix, rows, bom):
+    # A spreadsheet's byte order mark made the CSV's `id` another field: the ids became row numbers, silently.
+    path = tmp_path / f"data.{suffix}"
+    fields = ("id", "article", "highlights")
+    if suffix == "csv":
+        text = io.StringIO()
+        csv.writer(text).writerows([fields, *rows])
+        text = text.getvalue()
+    else:
+        text = "".join(json.dumps(dict(zip(fields, row))) + "\n" for row in rows)
+    path.write_bytes((BOM if bom else b"") + text.encode())
+    try:
+        records = [(r.id, r.article, r.summary) for r in LocalFile(str(path)).records()]
+    except DataError as error:  # a NUL in a CSV value, which the csv module refuses
+        assert_one_line_naming(error, path)
+        return
+    assert records == rows
+
+
+SUMMARY_LINES = st.one_of(
+    GARBAGE_LINES,
+    st.fixed_dictionaries({"id": JSON_VALUES, "summary": JSON_VALUES, "reference": JSON_VALUES,
+                           "scores": JSON_VALUES | st.dictionaries(st.sampled_from(["wms", "qa_conf"]), JSON_VALUES)}),
+    st.fixed_dictionaries({"id": st.text(max_size=4), "summary": st.text(max_size=40), "reference": st.text(max_size=40),
+                           "scores": st.dictionaries(st.sampled_from(["qa_conf"]), st.floats(0, 1) | st.none())}),
+).map(lambda line: line if isinstance(line, bytes) else json.dumps(line).encode())
+
+
+@READS
+@given(lines=st.lists(SUMMARY_LINES, max_size=5))
+def test_table4_reads_any_summaries_file_as_written_or_names_its_bad_line(tmp_path, lines):
+    from test_scripts import load_script
+    table4 = load_script("table4")
+    path = tmp_path / "summaries.jsonl"
+    content = b"\n".join(lines)
+    path.write_bytes(content)
+    try:
+        rows = table4.read_summaries(tmp_path)
+    except DataError as error:
+        assert_one_line_naming(error, path)
+        return
+    written = [json.loads(line) for line in content.decode().split("\n") if line.strip()]
+    assert rows == [{key: row[key] for key in ("id", "summary", "reference", "scores")} for row in written]
+    try:  # scored as table4 scores it: its means, or a refusal of repeated ids
+        means, _ = table4.score_run(table4.Run(tmp_path, "run", "row"), {})
+    except SystemExit as stop:
+        assert str(stop.code).startswith(f"table4: {path} repeats article ids"), stop.code
+        return
+    assert means["n"] == len(rows) and 0 <= means["rougeL"] <= 100
+
+
+@READS
+@given(text=st.text(max_size=80) | st.lists(st.sampled_from(["run_name: a", "table:", "  row: [", "seed: 1", "- x",
+                                                               "table: 5", "{", ": :", "train: false"]), max_size=4
+                                            ).map("\n".join))
+def test_table4_reads_any_config_yaml_or_names_it(tmp_path, text):
+    from test_scripts import load_script
+    (tmp_path / "config.yaml").write_text(text, encoding="utf-8")
+    table4 = load_script("table4")
+    try:
+        run = table4.Run.read(tmp_path)
+    except DataError as error:
+        assert_one_line_naming(error, tmp_path / "config.yaml")
+        return
+    assert isinstance(run, table4.Run) and run.path == tmp_path

@@ -15,15 +15,16 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from omegaconf import OmegaConf
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
 
 from trainer.checkpoints import AtomicCheckpointIO, BestCheckpoint, CheckpointError, LatestCheckpoint
 from trainer.module import SummarizationModule
-from trainer.train import RunFolders, SettingsError, check_settings, run
+from trainer.train import ATTEMPT, RunFolders, SettingsError, check_settings, run
 
 from test_scripts import load_script
-from test_train import ROOT, TINY, compose_run, global_step
+from test_train import ROOT, TINY, compose_run, freeze_weights, global_step
 
 TIMEOUT = 600
 
@@ -109,10 +110,11 @@ def test_sigterm_checkpoints_and_exits_non_zero(tmp_path):
 
 @pytest.mark.slow
 def test_last_checkpoint_follows_every_validation_without_improvement(tmp_path, monkeypatch):
-    # lr 0: the first validation is the best one; last.ckpt must still follow each later validation (it
-    # stayed at the best one's step: a kill lost every step since). No end-of-fit save: as if killed at 17.
+    # Weights that never move: the first validation is the best one; last.ckpt must still follow each later validation
+    # (it stayed at the best one's step: a kill lost every step since). No end-of-fit save: as if killed at 17.
     monkeypatch.setattr(LatestCheckpoint, "on_train_end", lambda *args: None)
-    run(compose_run(tmp_path, "flat", ["reward=mle", "stages.mle.lr=0", "trainer.max_steps=17",
+    freeze_weights(monkeypatch)
+    run(compose_run(tmp_path, "flat", ["reward=mle", "trainer.max_steps=17",
                                        "trainer.val_check_interval=5", "checkpoint_every=1000", "test=false"]))
     checkpoints = tmp_path / "flat" / "checkpoints"
     assert global_step(checkpoints / "best.ckpt") == 5 and global_step(checkpoints / "last.ckpt") == 15
@@ -128,9 +130,8 @@ def test_resume_keeps_the_best_score_and_the_run_directory(tmp_path):
                                       "test=false"]))
     checkpoints = tmp_path / "mle" / "checkpoints"
     best_before = torch.load(checkpoints / "best.ckpt", map_location="cpu", weights_only=True)
-    # lr 0 after the resume: no later validation beats the old best, so best.ckpt must stay as it was.
-    with pytest.raises(SettingsError, match="stages.mle.lr|optimizer.lr"):
-        run(compose_run(tmp_path, "mle", ["reward=mle", "trainer.max_steps=20", "stages.mle.lr=0",
+    with pytest.raises(SettingsError, match=r"started with (module\.)?optimizer\.lr=0\.003, this resume has 0\.0001"):
+        run(compose_run(tmp_path, "mle", ["reward=mle", "trainer.max_steps=20", "stages.mle.lr=1e-4",
                                           f"ckpt_path={checkpoints / 'last.ckpt'}"]))
     run(compose_run(tmp_path, "mle", ["reward=mle", "trainer.max_steps=15", "trainer.val_check_interval=5",
                                       "test=false", f"ckpt_path={checkpoints / 'last.ckpt'}"]))
@@ -184,6 +185,75 @@ def test_settings_that_cannot_work_are_refused_before_any_work(tmp_path, monkeyp
         with pytest.raises(SettingsError, match=message):
             run(compose_run(tmp_path, "mle", ["reward=mle", override]))
     assert not (tmp_path / "mle").exists()
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["reward=rouge_l", "stages.mixed.lr=0"], r"optimizer\.lr=0 \(stages\.mixed\.lr\) trains nothing"),
+    (["reward=rouge_l", "trainer.val_check_interval=5"],
+     r"trainer\.val_check_interval=5 is more than trainer\.max_steps=4 .*would never validate after its start"),
+    (["reward=rouge_l_sms", "reward.weights.rouge_l=0", "reward.weights.sms=0"],
+     r"reward\.weights are all 0 \(rouge_l, sms\)"),
+])
+def test_a_mixed_run_that_would_never_train_is_refused_before_any_work(tmp_path, monkeypatch, overrides, message):
+    # each ran, exited 0 and was tabulated as a trained run (Δ +0.0000 the only hint)
+    def built(cfg):
+        raise AssertionError("the data and model were built before the settings were checked")
+    monkeypatch.setattr("trainer.train.build", built)
+    start = f"mle_checkpoint={tmp_path / 'mle' / 'checkpoints' / 'best.ckpt'}"
+    with pytest.raises(SettingsError, match=message):
+        run(compose_run(tmp_path, "mixed", [start, "trainer.max_steps=4", "trainer.val_check_interval=2", *overrides]))
+
+
+def composed_with_hydra(overrides: list[str], monkeypatch) -> DictConfig:
+    """The config of a start from the command line with `overrides`, Hydra's part included and set as Hydra sets it
+    (until the test ends)."""
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        cfg = compose("train", overrides=overrides, return_hydra_config=True)
+    monkeypatch.setattr(HydraConfig.instance(), "cfg", None)
+    HydraConfig.instance().set_config(cfg)
+    return cfg
+
+
+def test_a_grid_experiment_run_alone_is_not_refused_over_an_mle_checkpoint_the_user_never_set(tmp_path, monkeypatch):
+    # demo_grid's mle_checkpoint is its sweep's MLE point: without -m its MLE run was refused for not using it
+    check_settings(composed_with_hydra(["experiment=demo_grid", "reward=mle", f"output_dir={tmp_path}"], monkeypatch))
+    other = tmp_path / "other" / "checkpoints" / "best.ckpt"
+    with pytest.raises(SettingsError, match=f"mle_checkpoint={other} is not used"):  # given: still named
+        check_settings(composed_with_hydra(["experiment=demo_grid", "reward=mle", f"output_dir={tmp_path}",
+                                            f"mle_checkpoint={other}"], monkeypatch))
+
+
+def test_the_run_folder_check_reads_the_folders_name_and_refuses_an_unwritable_one(tmp_path, monkeypatch):
+    # The folder's name reads the reward (${hydra:runtime.choices.reward}) before Hydra sets its config: every start
+    # into the default folder, every resume too, warned "HydraConfig was not set" and skipped the check.
+    monkeypatch.chdir(tmp_path)
+    cfg = composed_with_hydra(["reward=mle"], monkeypatch)
+    monkeypatch.setattr(HydraConfig.instance(), "cfg", None)  # as Hydra calls the callback
+    RunFolders().on_run_start(cfg)
+    assert [p.name for p in (tmp_path / "runs" / "demo").iterdir()] == [f"{ATTEMPT}_mle"]
+
+    def read_only(*args, **kwargs):  # a read-only folder (root, here, can write anywhere)
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr("tempfile.TemporaryFile", read_only)
+    cfg = composed_with_hydra(["reward=mle", f"ckpt_path={tmp_path / 'run' / 'checkpoints' / 'last.ckpt'}"],
+                              monkeypatch)
+    monkeypatch.setattr(HydraConfig.instance(), "cfg", None)
+    with pytest.raises(SystemExit, match=f"hydra.run.dir: cannot write to {tmp_path / 'run'} \\(Permission denied"):
+        RunFolders().on_run_start(cfg)
+
+
+def test_a_sweep_axis_that_its_folders_do_not_name_is_refused_before_any_point(tmp_path, monkeypatch):
+    # demo_grid's points are seed_<seed>/<run_name>: a learning-rate axis put two points in one folder, the second
+    # refused only after the first had trained
+    cfg = composed_with_hydra(["experiment=demo_grid", f"hydra.sweep.dir={tmp_path / 'sweep'}"], monkeypatch)
+    OmegaConf.set_readonly(cfg.hydra, False)
+    cfg.hydra.overrides.task = ["experiment=demo_grid", "reward=mle,rouge_l", "stages.mixed.lr=1e-4,3e-4"]
+    with pytest.raises(SystemExit, match=r"the sweep varies stages\.mixed\.lr, which hydra\.sweep\.subdir=seed_\$\{seed\}/"
+                                         r"\$\{run_name\} does not name: its points would share one folder"):
+        RunFolders().on_multirun_start(cfg)
+    assert not (tmp_path / "sweep").exists()
+    cfg.hydra.overrides.task = ["experiment=demo_grid", "reward=mle,rouge_l", "seed=0,1", "threads=1"]
+    RunFolders().on_multirun_start(cfg)  # every point its own folder
 
 
 def test_mle_continues_from_mle_checkpoint_when_asked_and_a_grid_names_its_own(tmp_path):
@@ -444,13 +514,7 @@ def test_a_second_sweep_into_a_folder_with_runs_is_refused_before_hydra_writes(t
 
 def test_the_default_run_folder_is_one_per_start(monkeypatch):
     # Two starts in the same second shared runs/<data>/<time>_<run_name> and reported one model twice.
-    from hydra import compose, initialize_config_dir
-    from hydra.core.hydra_config import HydraConfig
-    from trainer.train import ATTEMPT
-    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
-        cfg = compose("train", overrides=["reward=mle"], return_hydra_config=True)
-    monkeypatch.setattr(HydraConfig.instance(), "cfg", None)  # restored after the test: no run is going on
-    HydraConfig.instance().set_config(cfg)
+    cfg = composed_with_hydra(["reward=mle"], monkeypatch)
     assert Path(cfg.hydra.run.dir).name == f"{ATTEMPT}_mle" and ATTEMPT.endswith(f"_{os.getpid()}")
 
 
@@ -468,7 +532,8 @@ def test_a_second_start_into_a_folder_in_use_is_refused(tmp_path):
 
 def curve_points(run_dir: Path) -> list[dict[str, str]]:
     """Every validation of a run (val_curve.csv) without the seconds before it, which vary from run to run."""
-    return [{k: v for k, v in row.items() if k != "seconds"} for row in csv.DictReader((run_dir / "val_curve.csv").open())]
+    rows = csv.DictReader((run_dir / "val_curve.csv").open())
+    return [{k: v for k, v in row.items() if k != "seconds"} for row in rows]
 
 
 @pytest.mark.slow
@@ -498,5 +563,33 @@ def test_table4_leaves_a_run_stopped_in_its_test_as_it_is(tmp_path, capsys):
         load_script("table4").main([str(tmp_path / "mle"), "--metrics", "--out", str(tmp_path)])
     assert files(tmp_path / "mle") == before
     last = tmp_path / "mle" / "checkpoints" / "last.ckpt"
-    assert f"leaving out {tmp_path / 'mle'}: it has no test results (summaries.jsonl); resume it with ckpt_path={last}" \
-        in capsys.readouterr().err
+    assert (f"leaving out {tmp_path / 'mle'}: it has no test results (summaries.jsonl); resume it with "
+            f"ckpt_path={last}") in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_test_only_run_into_a_folder_that_holds_a_run_is_refused(mle_best, tmp_path):
+    # table4's advice (train=false init_from=...) into a mixed run's folder replaced its config and results
+    folder = tmp_path / "mixed"
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "checkpoints" / "last.ckpt").write_bytes(b"a mixed run's")
+    (folder / "results.json").write_text('{"n": 12}\n')
+    (folder / "config.yaml").write_text("stage: mixed\n")
+    before = files(folder)
+    with pytest.raises(SettingsError, match=f"output_dir {folder} already holds a run, whose records a test-only run"):
+        run(compose_run(tmp_path, "mixed", ["reward=mle", "train=false", f"init_from={mle_best}"]))
+    assert {k: v for k, v in files(folder).items() if k in before} == before
+
+
+@pytest.mark.slow
+def test_a_resume_that_trains_on_removes_the_test_results_of_the_weights_before(tmp_path):
+    # Stopped before its end, an extended resume left the old results beside a newer best.ckpt, and table4 read them.
+    mle = ["reward=mle", "trainer.val_check_interval=2", *SMALL_BATCHES]
+    run(compose_run(tmp_path, "run", [*mle, "trainer.max_steps=2"]))
+    assert (tmp_path / "run" / "results.json").exists() and (tmp_path / "run" / "summaries.jsonl").exists()
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    with pytest.raises(SystemExit):
+        run(compose_run(tmp_path, "run", [*mle, "trainer.max_steps=6", f"ckpt_path={last}", SIGTERM_AT,
+                                          "+callbacks.sigterm.fn=fit", "+callbacks.sigterm.step=6"]))
+    assert global_step(tmp_path / "run" / "checkpoints" / "best.ckpt") > 2
+    assert not (tmp_path / "run" / "results.json").exists() and not (tmp_path / "run" / "summaries.jsonl").exists()

@@ -16,6 +16,7 @@ from scipy import stats
 
 from models.text.records import DataError, read_jsonl
 from rewards.correlation import correlation, williams_matrix, williams_test
+from scripts.cli import InputError
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
@@ -177,6 +178,17 @@ def test_correlate_end_to_end(tmp_path, capsys):
     assert "| rouge_l | 1.000 | " in printed and "Williams test on Spearman" in printed
     # Both metrics rank the candidates alike: Williams' test is undefined, and says so.
     assert "| rouge_l | – | n/a |" in printed
+
+
+def test_correlate_refuses_an_exclusion_that_matches_no_row(tmp_path):
+    # `--exclude system=referenc` (a typo) excluded nothing, silently: n 199 instead of 163, another Pearson r
+    rows = [{"system": system, "candidate": "a b " * k, "reference": "a b", "overall": k}
+            for k, system in enumerate(["model"] * 5 + ["reference"])]
+    path = write_jsonl(tmp_path / "judged.jsonl", rows)
+    with pytest.raises(InputError, match=r"^--exclude system=referenc: no row of .*judged\.jsonl has that value \(its "
+                                         r"values: model, reference\)$"):
+        load_script("correlate").main([str(path), "--human", "overall", "--exclude", "system=referenc",
+                                       "--rewards", "rouge_l"])
 
 
 def test_scripts_report_bad_rows_by_file_and_line(tmp_path):

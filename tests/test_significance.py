@@ -346,7 +346,8 @@ def write_seed_run(root: Path, name: str, seed: int, summaries: list[str], refer
     run.mkdir(parents=True)
     run_name = name.split("/")[-1]
     (run / "config.yaml").write_text(run_config(run_name, REWARDS[run_name], seed=seed, run_id=run_id or name,
-                                                lineage=list(lineage)))
+                                                lineage=list(lineage), output_dir=str(run),
+                                                data={"shuffle_seed": seed, "batch_size": 16}))
     write_jsonl(run / "summaries.jsonl", [{"id": f"art-{i:02d}", "summary": s, "reference": r, "scores": {}}
                                           for i, (s, r) in enumerate(zip(summaries, references))])
     (run / ".hydra" / "2026-01-01_00-00-00_1").mkdir(parents=True)  # Hydra's records of one start: not a run
@@ -400,6 +401,20 @@ def test_table4_leaves_out_a_run_without_test_results_and_names_it(seed_grid, tm
     assert "2 of 2 seeds significant" in out and not (unfinished / "summaries.jsonl").exists()
 
 
+def test_table4_refuses_to_pool_runs_whose_settings_differ_beyond_the_seed(seed_grid, tmp_path):
+    """A seed-1 sweep with another learning rate and step count, tabulated with a seed-0 sweep, was pooled with it:
+    "2 of 2 seeds significant"."""
+    for seed, lr, steps in ((0, 3e-4, 200), (1, 3e-3, 2)):
+        shutil.copytree(seed_grid / f"seed_{seed}", tmp_path / f"sweep{seed}" / f"seed_{seed}")
+        config = tmp_path / f"sweep{seed}" / f"seed_{seed}" / "rouge_l" / "config.yaml"
+        config.write_text(config.read_text() + f"stages:\n  mixed:\n    lr: {lr}\n    steps: {steps}\n")
+    with pytest.raises(SystemExit, match=r"^table4: 'Mixed w/ ROUGE-L' would pool seeds 0 and 1, whose settings differ "
+                                         r"in stages\.mixed\.lr, stages\.mixed\.steps \(.*sweep0/seed_0/rouge_l and "
+                                         r".*sweep1/seed_1/rouge_l\): give table4 runs that differ in their seed only$"):
+        load_script("table4").main([str(tmp_path / "sweep0"), str(tmp_path / "sweep1"), "--metrics", "--out",
+                                    str(tmp_path)])
+
+
 def test_table4_compares_a_run_with_the_mle_run_it_started_from(seed_grid, tmp_path, capsys):
     """Seed 1's ROUGE-L run started from seed 0's MLE run (its lineage says so), not from the MLE run of its seed."""
     shutil.copytree(seed_grid / "seed_0" / "mle", tmp_path / "a")
@@ -437,6 +452,50 @@ def test_table4_refuses_two_runs_of_one_name_and_seed(seed_grid, tmp_path):
     with pytest.raises(SystemExit, match=r"seed_0/mle and .*cc1 are both 'MLE\+Pgen \(no reward\)' with seed 0"):
         load_script("table4").main([str(seed_grid / "seed_0" / "mle"), str(tmp_path / "cc1"),
                                     str(seed_grid / "seed_0" / "rouge_l"), "--metrics", "--out", str(tmp_path)])
+
+
+def scoring_is_not_reached(*args, **kwargs):
+    raise AssertionError("the runs were scored before the flags were checked")
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--resamples", "0"], "argument --resamples: must be at least 1, got 0"),
+    (["--resamples", "-5"], "argument --resamples: must be at least 1, got -5"),
+    (["--seed", "-3"], "argument --seed: must be at least 0, got -3"),
+    (["--metrics", "wmss"], "argument --metrics/--set: no reward config 'wmss': choose from ls_score, "),
+    (["--baseline", "mlee"], "argument --baseline: mlee names none of the runs given (their names: custom, mle, "
+                             "rouge_l, s_wms, sms, wms)"),
+])
+def test_table4_names_the_flag_of_a_bad_value_before_any_scoring(grid, tmp_path, monkeypatch, capsys, flags, message):
+    # tracebacks, messages without the flag, or (a misspelt --baseline) exit 0 with no intervals
+    table4 = load_script("table4")
+    monkeypatch.setattr(table4, "score_run", scoring_is_not_reached)
+    with pytest.raises(SystemExit) as stopped:
+        table4.main([str(grid), "--metrics", "--out", str(tmp_path), *flags])
+    assert stopped.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_table4_refuses_an_out_folder_it_cannot_write_before_any_scoring(grid, tmp_path, monkeypatch):
+    # it failed with a PermissionError traceback after all the scoring
+    table4 = load_script("table4")
+    monkeypatch.setattr(table4, "score_run", scoring_is_not_reached)
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(SystemExit, match=rf"^table4: --out: cannot write to {tmp_path / 'a_file' / 'out'} \("):
+        table4.main([str(grid), "--metrics", "--out", str(tmp_path / "a_file" / "out")])
+
+
+def test_table4_names_a_malformed_config_or_summaries_file_in_one_line(grid, tmp_path, monkeypatch):
+    shutil.copytree(grid / "mle", tmp_path / "mle")
+    table4 = load_script("table4")
+    monkeypatch.setattr("sys.argv", ["table4", str(tmp_path / "mle"), "--metrics", "--out", str(tmp_path)])
+    (tmp_path / "mle" / "summaries.jsonl").write_text('{"id": "a", "summary": "x .", "reference": ["x ."], '
+                                                      '"scores": {}}\n')
+    with pytest.raises(SystemExit, match=r"^error: .*mle/summaries\.jsonl:1: field 'reference' must be a string, got "
+                                         r'\["x \."\]$'):
+        table4.cli()
+    (tmp_path / "mle" / "config.yaml").write_text("run_name: mle\ntable: {row: [\n")
+    with pytest.raises(SystemExit, match=r"^error: .*mle/config\.yaml: not a run's config \(ParserError: "):
+        table4.cli()
 
 
 def test_table4_names_a_missing_path(tmp_path):
@@ -545,6 +604,17 @@ def write_sweep_run(root: Path, seed: int, batch_size: int, summaries: list[str]
     write_jsonl(run / "summaries.jsonl", [{"id": f"art-{i:02d}", "summary": s, "reference": r, "scores": {}}
                                           for i, (s, r) in enumerate(zip(summaries, references))])
     (run / "val_curve.csv").write_text("step,val/test_metric\n" + "".join(f"{s},{v}\n" for s, v in curve))
+
+
+def test_compare_sweeps_names_itself_and_refuses_one_sweep_given_as_both(tmp_path):
+    # its errors said "table4:", and --a X --b X printed +0.00 for every run
+    write_sweep_run(tmp_path / "a", 0, 16, ["the river ."] * 3, ["the river ."] * 3, [(0, 40.0)])
+    compare_sweeps = load_script("compare_sweeps")
+    with pytest.raises(SystemExit, match=rf"^compare_sweeps: --a and --b both give {tmp_path / 'a'}/seed_0/rouge_l: "
+                                         "compare two sweeps$"):
+        compare_sweeps.main(["--a", str(tmp_path / "a"), "--b", str(tmp_path / "a"), "--out", str(tmp_path / "out")])
+    with pytest.raises(SystemExit, match=r"^compare_sweeps: .*nowhere is not a directory"):
+        compare_sweeps.main(["--a", str(tmp_path / "nowhere"), "--b", str(tmp_path / "a"), "--out", str(tmp_path)])
 
 
 def test_compare_sweeps_pairs_runs_by_name_and_seed(tmp_path, capsys):

@@ -204,6 +204,12 @@ class ResumableLoader(DataLoader):
         self.sampler.load_state_dict(state)
 
 
+def quoted(ids: list[str], shown: int = 3) -> str:
+    """The first `shown` ids, quoted, and how many more."""
+    more = f", … ({len(ids) - shown} more)" if len(ids) > shown else ""
+    return ", ".join(repr(i) for i in ids[:shown]) + more
+
+
 class SummarizationData(pl.LightningDataModule):
     """Train/val/test splits of article-summary pairs and the vocabulary built on the training split.
 
@@ -253,10 +259,12 @@ class SummarizationData(pl.LightningDataModule):
         excluded = read_id_list(self.exclude_ids) if self.exclude_ids else set()
         if self.split is not None:
             pool = tokenize_records(self.sources["train"], self.pretokenized, self.name)
+            self._check_exclusions(excluded, {e.id for e in pool})
             self.splits = self.split.apply([e for e in pool if e.id not in excluded])
         else:
             self.splits = {name: tokenize_records(source, self.pretokenized, self.name)
                            for name, source in self.sources.items()}
+            self._check_exclusions(excluded, {e.id for split in self.splits.values() for e in split})
             for name in ("train", "val"):
                 self.splits[name] = [e for e in self.splits[name] if e.id not in excluded]
         if self.unlabelled is not None:  # before the test split gains the excluded ids
@@ -273,6 +281,20 @@ class SummarizationData(pl.LightningDataModule):
                             "(is fields.summary set?)")
         log.info("data %s: %s", self.name, {k: len(v) for k, v in self.splits.items()})
         self.vocab = self._cached_vocabulary()
+
+    def _check_exclusions(self, excluded: set[str], ids: set[str]) -> None:
+        """A list of held-out ids that names none of the data's (another id format, a misread file) would keep nothing
+        out, silently; one that names some says how many."""
+        if not excluded:
+            return
+        missing = sorted(excluded - ids)
+        if len(missing) == len(excluded):
+            raise DataError(f"data.exclude_ids {self.exclude_ids}: none of its {len(excluded)} ids is an id of data "
+                            f"{self.name!r} (its ids: {quoted(sorted(excluded))}; the data's: {quoted(sorted(ids))})")
+        if missing:
+            log.warning("data.exclude_ids %s: %d of its %d ids are ids of data %r and kept out; the other %d (%s) are not in "
+                     "the data", self.exclude_ids, len(excluded) - len(missing), len(excluded), self.name, len(missing),
+                     quoted(missing))
 
     def _unlabelled_articles(self, excluded: set[str]) -> tuple[list[Example], list[Example]]:
         """(training articles, validation sample) of the unlabelled source, without references. Of this data's own

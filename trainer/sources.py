@@ -26,7 +26,9 @@ class Source(Protocol):
 
 @dataclass
 class Fields:
-    """Field names of a source's records; `summary=None` reads reference-free articles."""
+    """Field names of a source's records; `summary=None` reads reference-free articles, `id=None` numbers the records
+    (from 0). A record without its id field is an error: numbering it instead would let held-out ids
+    (`data.exclude_ids`) match nothing, silently."""
 
     article: str = "article"
     summary: str | None = "highlights"
@@ -37,8 +39,13 @@ class Fields:
             raise DataError(f"{where}: expected an object with fields, got {type(row).__name__}")
         article = self._text(row, self.article, where)
         summary = self._text(row, self.summary, where) if self.summary else None
-        rid = row.get(self.id) if self.id else None
-        rid = str(index) if rid is None else _encodable(str(rid), self.id, where)
+        if self.id is None:
+            rid = str(index)
+        elif row.get(self.id) is None:
+            raise DataError(f"{where}: no id in field {self.id!r} (fields.id; fields present: {sorted(row)}): name the "
+                            "id field, or set fields.id=null")
+        else:
+            rid = _encodable(str(row[self.id]), self.id, where)
         return Record(id=rid, article=article, summary=summary, where=where)
 
     @staticmethod
@@ -88,13 +95,14 @@ class HubDataset:
 
 
 class LocalFile:
-    """A local JSONL, CSV or Parquet file (format from the extension unless given)."""
+    """A local JSONL, CSV or Parquet file, JSONL and CSV gzipped or not (format from the extension unless given)."""
 
     def __init__(self, path: str, fields: Fields | None = None, format: str | None = None,
                  limit: int | None = None):
         self.path = Path(path).expanduser()
         self.fields = fields or Fields()
-        suffix = self.path.suffix.lstrip(".").lower()
+        suffixes = [s.lstrip(".").lower() for s in self.path.suffixes] or [""]
+        suffix = suffixes[-2] if suffixes[-1] == "gz" and len(suffixes) > 1 else suffixes[-1]  # the reader gunzips
         formats = {"json": "jsonl", "jsonl": "jsonl", "csv": "csv", "parquet": "parquet"}
         self.format = format or formats.get(suffix, suffix)
         self.limit = limit

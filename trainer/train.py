@@ -19,6 +19,7 @@ import hydra
 import pytorch_lightning as pl
 import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import InstantiationException
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
@@ -83,16 +84,44 @@ def check_settings(cfg: DictConfig) -> None:
     lr = cfg.optimizer.get("lr")
     if lr is not None and lr < 0:
         raise SettingsError(f"optimizer.lr={lr} (stages.{cfg.stage}.lr): a learning rate cannot be negative")
+    if cfg.train:
+        check_it_trains(cfg, lr)
     for key in ("max_steps", "max_epochs"):
         if cfg.train and cfg.trainer.get(key) == 0:
             raise SettingsError(f"trainer.{key}=0 trains nothing: give it a positive value (or -1), or test a "
                                 "checkpoint with train=false init_from=<checkpoint>")
     # A grid's MLE point names its own best checkpoint as the sweep's mle_checkpoint: that one is its output.
     mle = cfg.mle_checkpoint
-    if mle and not cfg.ckpt_path and cfg.init_from != mle and run_dir_of(mle) != Path(cfg.output_dir).resolve():
+    if (mle and not cfg.ckpt_path and cfg.init_from != mle and run_dir_of(mle) != Path(cfg.output_dir).resolve()
+            and given_on_the_command_line("mle_checkpoint")):
         raise SettingsError(f"mle_checkpoint={mle} is not used: this {cfg.stage} run starts from init_from="
                             f"{cfg.init_from} (stages.{cfg.stage}.init_from); set stages.{cfg.stage}.init_from={mle} "
                             "to start from it, or leave mle_checkpoint unset")
+
+
+def given_on_the_command_line(key: str) -> bool:
+    """Whether the user set `key` (a grid experiment's own value, such as its sweep's MLE point, is not theirs to
+    answer for). Outside a Hydra app every setting counts as given."""
+    if not HydraConfig.initialized():
+        return True
+    return any(o.lstrip("+").split("=", 1)[0] == key for o in HydraConfig.get().overrides.task)
+
+
+def check_it_trains(cfg: DictConfig, lr: float | None) -> None:
+    """Runs that would train nothing, yet end as trained runs in a table (a difference of +0.00 their only sign)."""
+    if lr == 0:
+        raise SettingsError(f"optimizer.lr=0 (stages.{cfg.stage}.lr) trains nothing: give a positive learning rate, "
+                            "or test a checkpoint with train=false init_from=<checkpoint>")
+    steps, every = cfg.trainer.get("max_steps"), cfg.trainer.get("val_check_interval")
+    # a mixed run keeps its best validation, its start included: with none after the start it tests the start
+    if cfg.stage == "mixed" and isinstance(every, int) and steps and 0 < steps < every:
+        raise SettingsError(f"trainer.val_check_interval={every} is more than trainer.max_steps={steps} "
+                            f"(stages.mixed.val_every, stages.mixed.steps): this mixed run would never validate after "
+                            "its start, and would test its starting weights")
+    weights = (cfg.get("reward") or {}).get("weights")
+    if weights and not any(weights.values()):
+        raise SettingsError(f"reward.weights are all 0 ({', '.join(weights)}): the reward would be 0 whatever the "
+                            "summary; give some term a weight")
 
 
 def holds_a_run(folder: Path) -> bool:
@@ -117,6 +146,9 @@ def check_run_dir(cfg: DictConfig) -> None:
             if found:
                 raise SettingsError(f"ckpt_path: the run was started with {found[0]}={found[1]}, this resume has "
                                     f"{found[2]}: resume with the run's own settings ({saved})")
+    elif not cfg.train and holds_a_run(out):
+        raise SettingsError(f"output_dir {out} already holds a run, whose records a test-only run would replace: leave "
+                            "hydra.run.dir unset (a folder of its own), or give the test another folder")
     elif cfg.train and rank_zero_only.rank == 0 and holds_a_run(out) and not any(out.glob("hpc_ckpt_*.ckpt")):
         # (other DDP ranks start in rank 0's directory; hpc_ckpt: Lightning's own SLURM requeue)
         resume = f", or resume it with ckpt_path={last}" if last.exists() else ""
@@ -147,9 +179,25 @@ def check_writable(folder: Path, setting: str) -> None:
         raise SettingsError(f"{setting}: cannot write to {folder} ({error.strerror})") from None
 
 
+def check_sweep_axes(config: DictConfig) -> None:
+    """Every value the sweep varies must be named by its points' folders (hydra.sweep.subdir): two points in one
+    folder, the second is refused only once the first has trained."""
+    subdir = str(config.hydra.sweep._get_node("subdir")._value())  # as written: `${seed}`, not its value
+    if "job.num" in subdir or "override_dirname" in subdir:  # a folder per point whatever varies
+        return
+    for override in OverridesParser.create().parse_overrides(list(config.hydra.overrides.task)):
+        key = override.key_or_group
+        named = f"${{{key}}}" in subdir or (key == "reward" and ("run_name" in subdir or "choices.reward" in subdir))
+        if override.is_sweep_override() and not named:
+            raise SettingsError(f"the sweep varies {key}, which hydra.sweep.subdir={subdir} does not name: its points "
+                                "would share one folder; name it there (hydra.sweep.subdir=...) or sweep it in "
+                                "another folder")
+
+
 def check_sweep_dir(config: DictConfig) -> None:
     """A second sweep into a folder that holds runs would rewrite its multirun.yaml, then be refused point by point:
     refuse it first, unless it continues those runs."""
+    check_sweep_axes(config)
     folder = Path(config.hydra.sweep.dir)
     check_writable(folder, "hydra.sweep.dir")
     held = sorted(str(p.parent.parent.relative_to(folder)) for p in folder.glob("**/checkpoints/last.ckpt"))
@@ -163,6 +211,7 @@ class RunFolders(Callback):
     turns a callback's exceptions into warnings, so a refusal exits (status 1) with its one-line message."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        HydraConfig.instance().set_config(config)  # the folder's name reads the reward choice; Hydra sets it next
         try:
             check_writable(Path(config.hydra.run.dir), "hydra.run.dir")
         except SettingsError as error:
@@ -308,6 +357,9 @@ def train_and_test(cfg: DictConfig) -> dict:
             # the curve's first point: where RL starts
             call_or_stop(trainer, "validate", cfg, model=module, datamodule=data, verbose=False)
             keep_start_as_best(trainer)
+        if cfg.ckpt_path:  # results of the weights before this resume: no table may read them beside a newer best.ckpt
+            for name in ("results.json", "summaries.jsonl"):
+                (Path(cfg.output_dir) / name).unlink(missing_ok=True)
         call_or_stop(trainer, "fit", cfg, model=module, datamodule=data, ckpt_path=cfg.ckpt_path)
     if not cfg.test:
         return {}

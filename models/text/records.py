@@ -17,8 +17,9 @@ class DataError(ValueError):
 
 
 def numbered_lines(path: str | Path) -> Iterator[tuple[int, str]]:
-    """(line number from 1, text) of each line of a UTF-8 file, gzipped if it ends in .gz. Invalid UTF-8 is reported
-    by file and line: the decoder's own error gives a byte offset into a buffer."""
+    """(line number from 1, text) of each line of a UTF-8 file, gzipped if it ends in .gz, past a byte order mark
+    opening it (as spreadsheet programs save CSV: it would become part of the first field's name). Invalid UTF-8 is
+    reported by file and line: the decoder's own error gives a byte offset into a buffer."""
     try:
         f = gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb")
     except OSError as e:
@@ -26,7 +27,7 @@ def numbered_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     with f:
         for number, raw in enumerate(f, start=1):
             try:
-                yield number, raw.decode("utf-8")
+                yield number, raw.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError as e:
                 raise DataError(f"{path}:{number}: invalid UTF-8 (byte {e.start + 1} of the line)") from None
 

@@ -85,6 +85,8 @@ class Vocabulary:
     def __init__(self, words: Iterable[str]):
         self.itos: list[str] = list(SPECIALS) + [w for w in words if w not in SPECIALS]
         self.stoi: dict[str, int] = {w: i for i, w in enumerate(self.itos)}
+        # a text's words: `<s>` or `</s>` written in a text is a word (copied as an OOV), never the start or end id
+        self.word_ids = {w: i for w, i in self.stoi.items() if w not in (PAD, BOS, EOS)}
 
     def __len__(self) -> int:
         return len(self.itos)
@@ -121,14 +123,14 @@ class Vocabulary:
 
     def ids(self, tokens: Iterable[str]) -> list[int]:
         """In-vocabulary ids, out-of-vocabulary words as <unk> (what the model reads)."""
-        return [self.stoi.get(t, self.unk_id) for t in tokens]
+        return [self.word_ids.get(t, self.unk_id) for t in tokens]
 
     def extended_ids(self, tokens: Iterable[str], oovs: list[str]) -> list[int]:
         """Extended ids; words outside the vocabulary and `oovs` are appended to `oovs` (in place)."""
         index = {w: i for i, w in enumerate(oovs)}
         out = []
         for token in tokens:
-            i = self.stoi.get(token)
+            i = self.word_ids.get(token)
             if i is None:
                 if token not in index:
                     index[token] = len(oovs)
