@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from trainer.loggers import has_wandb_credentials, wandb_logger
+from trainer.loggers import WandbUnreachable, has_wandb_credentials, wandb_logger
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,6 +39,19 @@ def test_offline_run_without_credentials(no_credentials):
     logger.experiment.finish()
     runs = list((no_credentials / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and any(runs[0].glob("*.wandb"))
+
+
+def test_credentials_without_a_reachable_server_are_one_line_before_any_work(no_credentials, monkeypatch):
+    # with WANDB_API_KEY set and no network, the run stalled ~95 s, then ended in wandb's CommError traceback mid-run
+    import wandb
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+
+    def unreachable(*args, **kwargs):
+        raise wandb.errors.CommError("Network error (ConnectionError), entering retry loop.")
+    monkeypatch.setattr(wandb, "init", unreachable)
+    with pytest.raises(WandbUnreachable, match=r"^logger=wandb: cannot start the wandb run \(CommError: Network error "
+                                               r".*\): log offline with WANDB_MODE=offline"):
+        wandb_logger(save_dir=str(no_credentials), name="online")
 
 
 def test_a_resumed_run_keeps_its_wandb_id(no_credentials):

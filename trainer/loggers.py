@@ -41,8 +41,22 @@ def wandb_logger(project: str = "sumrl", save_dir: str = ".", offline: bool | No
     offline = not has_wandb_credentials() if offline is None else offline
     if offline:
         os.environ["WANDB_MODE"] = "offline"  # never prompt for a login
-    return WandbLogger(project=project, save_dir=save_dir, offline=offline, id=run_id(save_dir), resume="allow",
-                       **{"group": sweep_folder(), **kwargs})
+    os.environ.setdefault("WANDB_INIT_TIMEOUT", "20")  # wandb's own 90 s, then a traceback, without a network
+    logger = WandbLogger(project=project, save_dir=save_dir, offline=offline, id=run_id(save_dir), resume="allow",
+                         **{"group": sweep_folder(), **kwargs})
+    if not offline:
+        try:
+            logger.experiment  # wandb.init: an unreachable server is named now, before any work, not mid-run
+        except Exception as error:  # wandb's CommError, UsageError, a timeout: one line saying what to do
+            reason = " ".join(str(error).split())[:160]
+            raise WandbUnreachable(f"logger=wandb: cannot start the wandb run ({type(error).__name__}: {reason}): log "
+                                   "offline with WANDB_MODE=offline (and `wandb sync` later), or use logger=csv"
+                                   ) from None
+    return logger
+
+
+class WandbUnreachable(ConnectionError):
+    """wandb credentials were found, but its server could not start the run."""
 
 
 def run_id(save_dir: str) -> str:
