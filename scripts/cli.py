@@ -1,8 +1,8 @@
 """What the command-line tools share: the configs they compose (shipped in the package, plus a user's
 `--config-dir`), the flags that choose rewards and read a file of summaries, and one-line reports of user errors.
 
-  - `compose_rewards`: rewards chosen by the names of their configs in `conf/reward/` (or a `--config-dir`),
-    built with Hydra's compose API, so any reward config (and any override of it) works;
+  - `compose_rewards` (from `rewards.configs`): rewards chosen by the names of their configs in `conf/reward/` (or a
+    `--config-dir`), built with Hydra's compose API, so any reward config (and any override of it) works;
   - `add_scoring_arguments` / `score_rows`: the flags `score` and `correlate` share, and their use;
   - `command`: a console command that reports bad input in one line instead of a traceback.
 """
@@ -12,7 +12,6 @@ import argparse
 import functools
 import random
 import sys
-from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -20,16 +19,16 @@ import torch
 from hydra import compose, initialize_config_module
 from hydra.errors import ConfigCompositionException, InstantiationException, OverrideParseException
 from hydra.utils import instantiate
-from omegaconf import OmegaConf
 
 from models.text.batch import Example
 from models.text.records import DataError, Row
 from rewards.base import Reward
+# the scripts import these from here too
+from rewards.configs import CONF, RewardConfigError, compose_rewards, parse_reward_spec, reward_configs  # noqa: F401
 from rewards.pretrained import PretrainedNotFound
 from rewards.scoring import TOKENIZERS, score_texts
 from trainer.checkpoints import CheckpointError
 
-CONF = "conf"  # the package of the shipped configs, found through Hydra's package search path (pkg://conf)
 
 
 class InputError(ValueError):
@@ -37,8 +36,8 @@ class InputError(ValueError):
 
 
 # What a command line reports as one line instead of a traceback (DataError: a bad, missing or undecodable file).
-USER_ERRORS = (InputError, DataError, CheckpointError, PretrainedNotFound, ConfigCompositionException,
-               OverrideParseException)
+USER_ERRORS = (InputError, RewardConfigError, DataError, CheckpointError, PretrainedNotFound,
+               ConfigCompositionException, OverrideParseException)
 
 
 def command(main: Callable[[], Any]) -> Callable[[], None]:
@@ -56,56 +55,12 @@ def command(main: Callable[[], Any]) -> Callable[[], None]:
     return run
 
 
-def search_path(config_dirs: Sequence[str | Path]) -> list[str]:
-    """Hydra overrides that put a user's config folders on the search path, before the shipped configs."""
-    if not config_dirs:
-        return []
-    return ["hydra.searchpath=[" + ",".join(f"file://{Path(d).expanduser().resolve()}" for d in config_dirs) + "]"]
-
-
-def reward_configs(config_dirs: Sequence[str | Path] = ()) -> list[str]:
-    """The names of the reward configs that define a reward (a `_target_`), shipped or in `config_dirs`."""
-    folders = [resources.files(CONF) / "reward", *(Path(d).expanduser() / "reward" for d in config_dirs)]
-    return sorted({p.name.removesuffix(".yaml") for folder in folders if folder.is_dir() for p in folder.iterdir()
-                   if p.name.endswith(".yaml") and "_target_" in OmegaConf.create(p.read_text(encoding="utf-8"))})
-
-
-def parse_reward_spec(spec: str) -> tuple[str, str]:
-    """`NAME` or `LABEL=NAME` -> (label, config name). A label lets one config appear twice."""
-    label, _, config = spec.rpartition("=")
-    return (label or config), config
-
-
 def metrics_and_paths(values: Sequence[str], config_dirs: Sequence[str | Path] = ()) -> tuple[list[str], list[Path]]:
     """`--metrics NAME ... RUN ...` (argparse hands the paths after the names to the option): a value that names no
     reward config, shipped or in `config_dirs`, but an existing path, is a path."""
     known = set(reward_configs(config_dirs))
     names = [v for v in values if parse_reward_spec(v)[1] in known or not Path(v).exists()]
     return names, [Path(v) for v in values if v not in names]
-
-
-def compose_rewards(specs: Sequence[str], overrides: Sequence[str] = (),
-                    config_dirs: Sequence[str | Path] = ()) -> dict[str, Reward]:
-    """Build rewards from `conf/reward/<name>.yaml` (a `config_dirs` folder's first), keyed by label.
-
-    Each reward is composed under its label, so overrides read `LABEL.key=value`
-    (`rouge_l.beta=1.2`, `wms.embeddings.path=...`); any Hydra override syntax works.
-    """
-    pairs = [parse_reward_spec(s) for s in specs]
-    known = reward_configs(config_dirs)
-    for _, config in pairs:
-        if config not in known and config != "mle":  # mle: named below as no reward
-            raise InputError(f"no reward config {config!r}: choose from {', '.join(known)}")
-    labels = [label for label, _ in pairs]
-    if len(set(labels)) != len(labels):
-        raise InputError(f"reward labels must be unique, got {labels}; name copies LABEL=CONFIG")
-    with initialize_config_module(version_base="1.3", config_module=CONF, job_name="score"):
-        cfg = compose(overrides=[f"+reward@{label}={config}" for label, config in pairs] + list(overrides)
-                      + search_path(config_dirs))
-    for label, config in pairs:
-        if "_target_" not in cfg[label]:  # e.g. `mle`, which selects MLE training rather than a reward
-            raise InputError(f"conf/reward/{config}.yaml does not define a reward (no _target_)")
-    return {label: instantiate(cfg[label]) for label in labels}
 
 
 def load_splits(overrides: Sequence[str]) -> tuple[dict[str, list[Example]], str]:

@@ -1,0 +1,79 @@
+"""Rewards built from their Hydra configs (`conf/reward/<name>.yaml`, or a user's `--config-dir`), and any reward scoring
+plain strings: what the command-line tools, the benches and code outside this trainer (`rewards.for_trl`) share."""
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Sequence
+
+from hydra import compose, initialize_config_module
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from rewards.base import Reward
+from rewards.scoring import score_texts
+
+CONF = "conf"  # the package of the shipped configs, found through Hydra's package search path (pkg://conf)
+
+
+class RewardConfigError(ValueError):
+    """A reward config that does not exist or does not define a reward."""
+
+
+def search_path(config_dirs: Sequence[str | Path]) -> list[str]:
+    """Hydra overrides that put a user's config folders on the search path, before the shipped configs."""
+    if not config_dirs:
+        return []
+    return ["hydra.searchpath=[" + ",".join(f"file://{Path(d).expanduser().resolve()}" for d in config_dirs) + "]"]
+
+
+def reward_configs(config_dirs: Sequence[str | Path] = ()) -> list[str]:
+    """The names of the reward configs that define a reward (a `_target_`), shipped or in `config_dirs`."""
+    folders = [resources.files(CONF) / "reward", *(Path(d).expanduser() / "reward" for d in config_dirs)]
+    return sorted({p.name.removesuffix(".yaml") for folder in folders if folder.is_dir() for p in folder.iterdir()
+                   if p.name.endswith(".yaml") and "_target_" in OmegaConf.create(p.read_text(encoding="utf-8"))})
+
+
+def parse_reward_spec(spec: str) -> tuple[str, str]:
+    """`NAME` or `LABEL=NAME` -> (label, config name). A label lets one config appear twice."""
+    label, _, config = spec.rpartition("=")
+    return (label or config), config
+
+
+def compose_rewards(specs: Sequence[str], overrides: Sequence[str] = (),
+                    config_dirs: Sequence[str | Path] = ()) -> dict[str, Reward]:
+    """Build rewards from `conf/reward/<name>.yaml` (a `config_dirs` folder's first), keyed by label.
+
+    Each reward is composed under its label, so overrides read `LABEL.key=value`
+    (`rouge_l.beta=1.2`, `wms.embeddings.path=...`); any Hydra override syntax works.
+    """
+    pairs = [parse_reward_spec(s) for s in specs]
+    known = reward_configs(config_dirs)
+    for _, config in pairs:
+        if config not in known and config != "mle":  # mle: named below as no reward
+            raise RewardConfigError(f"no reward config {config!r}: choose from {', '.join(known)}")
+    labels = [label for label, _ in pairs]
+    if len(set(labels)) != len(labels):
+        raise RewardConfigError(f"reward labels must be unique, got {labels}; name copies LABEL=CONFIG")
+    with initialize_config_module(version_base="1.3", config_module=CONF, job_name="score"):
+        cfg = compose(overrides=[f"+reward@{label}={config}" for label, config in pairs] + list(overrides)
+                      + search_path(config_dirs))
+    for label, config in pairs:
+        if "_target_" not in cfg[label]:  # e.g. `mle`, which selects MLE training rather than a reward
+            raise RewardConfigError(f"conf/reward/{config}.yaml does not define a reward (no _target_)")
+    return {label: instantiate(cfg[label]) for label in labels}
+
+
+def score_strings(reward: str | Reward, summaries: Sequence[str], references: Sequence[str | None] | None = None,
+                  articles: Sequence[str] | None = None, overrides: Sequence[str] = (), tokenizer: str = "treebank",
+                  device: str = "cpu") -> list[float | None]:
+    """One reward's score of each summary, as plain strings: `reward` a config name (`"sms"`, `"qa_learned"`, with
+    Hydra `overrides` of it such as `"sms.embeddings.path=..."`) or a built reward. `references` for the rewards that
+    compare with one, `articles` for those that read the article (QA, LS-Score). Raw text is split into sentences and
+    PTB-tokenized (`tokenizer="whitespace"` for tokenized text). None where the reward does not apply (no reference).
+
+        score_strings("rouge_l", ["the cat sat ."], ["a cat sat on the mat ."])
+    """
+    built = compose_rewards([reward], overrides)[reward] if isinstance(reward, str) else reward
+    references = [None] * len(summaries) if references is None else references
+    return score_texts({"reward": built}, summaries, references, articles, tokenizer, device=device)["reward"]
