@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import inspect
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any, Protocol, Sequence
 
 import torch
 from torch import Tensor
 
-from models.pointer_generator import DecoderState, EncoderOutput, PointerGenerator, launch_bound
+from models.summarizer import Encoded, Summarizer, launch_bound
 from models.text.vocab import Vocabulary
 
 
@@ -94,7 +94,7 @@ class BlockRepeatedTrigrams:
         pass
 
 
-def _processors(model: PointerGenerator, extra: Sequence[StepProcessor]) -> list[StepProcessor]:
+def _processors(model: Summarizer, extra: Sequence[StepProcessor]) -> list[StepProcessor]:
     """<pad> and <s> are never outputs (a <pad> in the output means "after </s>"), whatever else is asked."""
     return [ForbidTokens((model.config.pad_id, model.config.bos_id)), *extra]
 
@@ -112,7 +112,7 @@ CUDA_GRAPHS = os.environ.get("SUMRL_CUDA_GRAPHS", "1") != "0"
 class Step:
     """The decoder's next-token probabilities from the chosen ids, `model.step_probs`, keeping its state."""
 
-    def __init__(self, model: PointerGenerator, enc: EncoderOutput):
+    def __init__(self, model: Summarizer, enc: Encoded):
         self.model, self.enc, self.state = model, enc, model.initial_state(enc)
 
     def __call__(self, ids: Tensor) -> Tensor:
@@ -142,9 +142,9 @@ class CapturedStep(Step):
     needs only the chosen ids copied in; its shapes are fixed, so rows cannot leave (no `keep`). The tokens are the
     eager loop's (tests/test_rl_step.py)."""
 
-    def __init__(self, model: PointerGenerator, enc: EncoderOutput):
+    def __init__(self, model: Summarizer, enc: Encoded):
         super().__init__(model, enc)
-        self.state = DecoderState(*(t.clone() for t in vars(self.state).values()))
+        self.state = replace(self.state, **{name: t.clone() for name, t in vars(self.state).items()})
         self.ids = torch.full((enc.src_ext.size(0),), model.config.bos_id, dtype=torch.long, device=enc.src_ext.device)
         self.graph = torch.cuda.CUDAGraph()
         stream = _capture_stream(enc.src_ext.device)
@@ -173,7 +173,7 @@ class CapturedStep(Step):
         return self.probs
 
 
-def _decode(model: PointerGenerator, enc: EncoderOutput, max_len: int, choose: Chooser,
+def _decode(model: Summarizer, enc: Encoded, max_len: int, choose: Chooser,
             processors: Sequence[StepProcessor]) -> Decoded:
     """Run the decoder, picking each next token with `choose`. On a CPU, rows that have ended leave the batch that the
     decoder runs on once they are `SHRINK_AT` of it, and the loop stops at the step where the last row ends. Where the
@@ -238,7 +238,7 @@ def _argmax(probs: Tensor, rows: Tensor, n_rows: int) -> Tensor:
     return probs.argmax(-1)
 
 
-def greedy(model: PointerGenerator, enc: EncoderOutput, max_len: int = 100,
+def greedy(model: Summarizer, enc: Encoded, max_len: int = 100,
            processors: Sequence[StepProcessor] = ()) -> Decoded:
     """Argmax decoding; runs under the caller's grad mode."""
     return _decode(model, enc, max_len, _argmax, _processors(model, processors))
@@ -251,7 +251,7 @@ def rollout_rows(n_articles: int, samples: int, with_greedy: bool) -> list[int]:
     return rows + list(range(n_articles)) if with_greedy else rows
 
 
-def sample_and_greedy(model: PointerGenerator, enc: EncoderOutput, max_len: int = 100,
+def sample_and_greedy(model: Summarizer, enc: Encoded, max_len: int = 100,
                       generator: torch.Generator | None = None, samples: int = 1, with_greedy: bool = True,
                       processors: Sequence[StepProcessor] = (), temperature: float = 1.0) -> Decoded:
     """`samples` draws ŷ per article and, `with_greedy`, the greedy baseline ỹ, in one decode without gradient
@@ -272,7 +272,7 @@ def sample_and_greedy(model: PointerGenerator, enc: EncoderOutput, max_len: int 
 
 
 @torch.no_grad()
-def beam_search(model: PointerGenerator, enc: EncoderOutput, beam_size: int = 4, max_len: int = 100,
+def beam_search(model: Summarizer, enc: Encoded, beam_size: int = 4, max_len: int = 100,
                 length_penalty: float = 1.0, processors: Sequence[StepProcessor] = ()) -> Decoded:
     """Beam search batched over examples and beams, as in See et al.: each step ranks the top 2K extensions
     of the K live hypotheses; those ending in </s> (ranked above the K-th live one) are finished, the first

@@ -1,4 +1,4 @@
-"""Pointer-generator network (See et al. 2017, "Get To The Point").
+"""Pointer-generator network (See et al. 2017, "Get To The Point"), a `models.summarizer.Summarizer`.
 
 Shapes: B batch, S source length, T target length, H hidden size, E embedding size,
 V model vocabulary, X = V + n_copy_oovs the batch's extended vocabulary (see `models.text.vocab`).
@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from models.summarizer import TeacherForced, launch_bound
 from models.text.batch import Batch
 from models.text.vocab import Vocabulary
 
@@ -73,18 +74,6 @@ class EncoderOutput:
                 return take_rows(value, index)
             return value.index_select(index) if isinstance(value, DecoderState) else value
         return replace(self, **{f.name: rows(getattr(self, f.name)) for f in fields(self)})
-
-
-@dataclass
-class TeacherForced:
-    log_probs: Tensor      # [B, T] fp32 log p(target_t); 0 where the target is <pad>
-    coverage_loss: Tensor  # [B, T] sum_i min(a_i^t, c_i^t); zeros when coverage is off
-
-
-def launch_bound(device: torch.device) -> bool:
-    """Whether a decoder step's time goes to launching its kernels (a GPU) rather than to its arithmetic (a CPU). There,
-    a smaller batch saves nothing, and each look at which rows have ended waits for the device to drain its queue."""
-    return device.type != "cpu"
 
 
 def _reverse_rows(x: Tensor, lengths: Tensor) -> Tensor:

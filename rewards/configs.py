@@ -1,5 +1,6 @@
-"""Rewards built from their Hydra configs (`conf/reward/<name>.yaml`, or a user's `--config-dir`), and any reward scoring
-plain strings: what the command-line tools, the benches and code outside this trainer (`rewards.for_trl`) share."""
+"""Rewards built from their Hydra configs (`conf/reward/<name>.yaml`, or a user's `--config-dir`), and any reward
+scoring plain strings: what the command-line tools, the benches and code outside this trainer (`rewards.for_trl`)
+share."""
 from __future__ import annotations
 
 from importlib import resources

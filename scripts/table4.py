@@ -40,8 +40,8 @@ from rewards.base import display  # noqa: E402
 from scripts.cli import (USER_ERRORS, add_config_dir_argument, command, compose_rewards, int_at_least,  # noqa: E402
                          metrics_and_paths, positive_int)
 from trainer.callbacks import plot_curves  # noqa: E402
-from trainer.evaluate import (ROWS, SHAPE_KEYS, columns, evaluate, mean_shape, results_table, summary_shape,  # noqa: E402
-                              table_record)
+from trainer.evaluate import (ROWS, SHAPE_KEYS, columns, evaluate, mean_shape, results_table,  # noqa: E402
+                              summary_shape, table_record)
 from trainer.significance import Interval, paired_bootstrap, paired_differences, pooled_bootstrap  # noqa: E402
 from trainer.tables import markdown_table, write_csv  # noqa: E402
 
@@ -220,7 +220,8 @@ def tested(runs: list[Run]) -> list[Run]:
         if not (run.path / "summaries.jsonl").exists():
             last = run.path / "checkpoints" / "last.ckpt"
             finish = f"resume it with ckpt_path={last}" if last.exists() else "run it again"
-            print(f"table4: leaving out {run.path}: it has no test results (summaries.jsonl); {finish}", file=sys.stderr)
+            print(f"table4: leaving out {run.path}: it has no test results (summaries.jsonl); {finish}",
+                  file=sys.stderr)
     done = [run for run in runs if (run.path / "summaries.jsonl").exists()]
     if not done:
         raise SystemExit("table4: none of the runs given has test results (summaries.jsonl)")
@@ -547,7 +548,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--baseline", default="mle", help="the run name of the row the others are compared with "
                                                           "(bottom_up_mle for the bottom-up grid)")
     parser.add_argument("--resamples", type=positive_int, default=1000, help="bootstrap resamples per interval")
-    parser.add_argument("--seed", type=int_at_least(0), default=0, help="seed of the bootstrap's resampling (and of the "
+    parser.add_argument("--seed", type=int_at_least(0), default=0,
+                        help="seed of the bootstrap's resampling (and of the "
                                                              "examples' tie-break)")
     parser.add_argument("--examples", type=int, default=0, metavar="N",
                         help="show N test articles' reference and every row's summary with its own metric's score: "

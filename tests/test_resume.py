@@ -276,8 +276,9 @@ def test_a_checkpoint_that_cannot_be_written_is_named(tmp_path, monkeypatch):
 def test_a_run_folder_that_cannot_be_written_is_refused_before_hydra_writes(tmp_path, monkeypatch):
     def read_only(*args, **kwargs):  # a read-only folder (root, here, can write anywhere)
         raise PermissionError(13, "Permission denied")
+    config = composed_with_hydra(["reward=mle", f"hydra.run.dir={tmp_path / 'run'}"], monkeypatch)
+    monkeypatch.setattr(HydraConfig.instance(), "cfg", None)  # as Hydra calls the callback
     monkeypatch.setattr("tempfile.TemporaryFile", read_only)
-    config = OmegaConf.create({"hydra": {"run": {"dir": str(tmp_path / "run")}}})
     with pytest.raises(SystemExit, match=f"hydra.run.dir: cannot write to {tmp_path / 'run'} \\(Permission denied"):
         RunFolders().on_run_start(config)
 

@@ -292,9 +292,9 @@ class SummarizationData(pl.LightningDataModule):
             raise DataError(f"data.exclude_ids {self.exclude_ids}: none of its {len(excluded)} ids is an id of data "
                             f"{self.name!r} (its ids: {quoted(sorted(excluded))}; the data's: {quoted(sorted(ids))})")
         if missing:
-            log.warning("data.exclude_ids %s: %d of its %d ids are ids of data %r and kept out; the other %d (%s) are not in "
-                     "the data", self.exclude_ids, len(excluded) - len(missing), len(excluded), self.name, len(missing),
-                     quoted(missing))
+            log.warning("data.exclude_ids %s: %d of its %d ids are ids of data %r and kept out; the other %d (%s) are "
+                        "not in the data", self.exclude_ids, len(excluded) - len(missing), len(excluded), self.name,
+                        len(missing), quoted(missing))
 
     def _unlabelled_articles(self, excluded: set[str]) -> tuple[list[Example], list[Example]]:
         """(training articles, validation sample) of the unlabelled source, without references. Of this data's own

@@ -160,14 +160,20 @@ def check_run_dir(cfg: DictConfig) -> None:
 def run_folder_lock(folder: Path) -> Iterator[None]:
     """Holds `<folder>/.lock` while this run uses the folder, so that a second start into it meanwhile is refused. The
     kernel drops the lock when the process ends, however it ends: no stale lock to clear after a kill."""
+    new = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
-    with (folder / ".lock").open("a") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise SettingsError(f"output_dir {folder} is in use by another run started into it: give this run a "
-                                "folder of its own (hydra.run.dir, or leave it unset)") from None
-        yield
+    try:
+        with (folder / ".lock").open("a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise SettingsError(f"output_dir {folder} is in use by another run started into it: give this run a "
+                                    "folder of its own (hydra.run.dir, or leave it unset)") from None
+            yield
+    finally:
+        if new and [p.name for p in folder.iterdir()] == [".lock"]:  # a start refused before writing: leave nothing
+            (folder / ".lock").unlink()
+            folder.rmdir()
 
 
 def check_writable(folder: Path, setting: str) -> None:
