@@ -18,6 +18,7 @@ from pathlib import Path
 from models.text.records import read_jsonl
 from rewards.base import display
 from scripts.cli import InputError, add_scoring_arguments, command, score_rows
+from trainer.evaluate import columns
 from trainer.tables import markdown_table
 
 
@@ -51,12 +52,13 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 out.update({label: values[i] for label, values in scores.items()})
                 f.write(json.dumps(out) + "\n")
     means, table = {}, []
+    headers = columns(rewards)  # the reward ROUGE-L is not rouge-score's: "ROUGE-L (reward)"
     for label, values in scores.items():
         scored = [v for v in values if v is not None]
         means[label] = sum(scored) / len(scored) if scored else float("nan")
         scale = display(rewards[label]).scale
-        table.append([label, str(len(scored)), f"{means[label] * scale:.2f}", f"×{scale:g}"])
-    print(markdown_table(["reward", "n", "mean", "scale"], table))
+        table.append([label, headers[label], str(len(scored)), f"{means[label] * scale:.2f}", f"×{scale:g}"])
+    print(markdown_table(["reward", "column", "n", "mean", "scale"], table))
     return means
 
 

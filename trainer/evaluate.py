@@ -86,8 +86,12 @@ def evaluate(hypotheses: list[list[list[str]]], references: list[list[list[str]]
 
 
 def columns(metrics: Mapping[str, Reward]) -> dict[str, str]:
-    """Table headers of `evaluate`'s keys: ROUGE's, then each metric's own (`Display.column`), in that order."""
-    return ROUGE_COLUMNS | {key: display(metric).column for key, metric in metrics.items()}
+    """Table headers of `evaluate`'s keys: ROUGE's, then each metric's own (`Display.column`), in that order. A metric
+    whose column is a ROUGE column's (the ROUGE-L reward's LCS F on tokens, beside rouge-score's stemmed ROUGE-L) is
+    headed "<column> (reward)": one name, one number."""
+    taken = set(ROUGE_COLUMNS.values())
+    return ROUGE_COLUMNS | {key: display(metric).column + (" (reward)" if display(metric).column in taken else "")
+                            for key, metric in metrics.items()}
 
 
 def table_record(reward: Reward | None, metrics: Mapping[str, Reward], rows: Mapping[str, str] = ROWS
