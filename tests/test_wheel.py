@@ -97,7 +97,7 @@ def test_the_installed_commands_train_score_and_tabulate_from_another_directory(
 
     printed = run(bin_dir, "sumrl-score", "mle/summaries.jsonl", "--rewards", "rouge_l", "longer",
                   "--config-dir", "user", "-o", "scores.jsonl", cwd=tmp_path, PYTHONPATH=str(tmp_path / "user"))
-    assert "| rouge_l | 16 |" in printed and "| longer | 16 |" in printed
+    assert "| rouge_l | ROUGE-L (reward) | 16 |" in printed and "| longer | longer | 16 |" in printed
     scores = [json.loads(line) for line in (tmp_path / "scores.jsonl").read_text().splitlines()]
     assert len(scores) == 16 and all(0 <= s["rouge_l"] <= 1 and 0 <= s["longer"] <= 1 for s in scores)
 

@@ -113,8 +113,9 @@ def check_it_trains(cfg: DictConfig, lr: float | None) -> None:
         raise SettingsError(f"optimizer.lr=0 (stages.{cfg.stage}.lr) trains nothing: give a positive learning rate, "
                             "or test a checkpoint with train=false init_from=<checkpoint>")
     steps, every = cfg.trainer.get("max_steps"), cfg.trainer.get("val_check_interval")
-    # a mixed run keeps its best validation, its start included: with none after the start it tests the start
-    if cfg.stage == "mixed" and isinstance(every, int) and steps and 0 < steps < every:
+    # a mixed run keeps its best validation, its start included: with none after the start it tests (and tabulates)
+    # the start
+    if cfg.stage == "mixed" and cfg.test and isinstance(every, int) and steps and 0 < steps < every:
         raise SettingsError(f"trainer.val_check_interval={every} is more than trainer.max_steps={steps} "
                             f"(stages.mixed.val_every, stages.mixed.steps): this mixed run would never validate after "
                             "its start, and would test its starting weights")
