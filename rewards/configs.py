@@ -65,6 +65,11 @@ def compose_rewards(specs: Sequence[str], overrides: Sequence[str] = (),
     return {label: instantiate(cfg[label]) for label in labels}
 
 
+def build_reward(reward: str | Reward, overrides: Sequence[str] = ()) -> Reward:
+    """A reward from its config name (with Hydra `overrides` of it), or `reward` itself if already built."""
+    return compose_rewards([reward], overrides)[parse_reward_spec(reward)[0]] if isinstance(reward, str) else reward
+
+
 def score_strings(reward: str | Reward, summaries: Sequence[str], references: Sequence[str | None] | None = None,
                   articles: Sequence[str] | None = None, overrides: Sequence[str] = (), tokenizer: str = "treebank",
                   device: str = "cpu") -> list[float | None]:
@@ -75,6 +80,6 @@ def score_strings(reward: str | Reward, summaries: Sequence[str], references: Se
 
         score_strings("rouge_l", ["the cat sat ."], ["a cat sat on the mat ."])
     """
-    built = compose_rewards([reward], overrides)[reward] if isinstance(reward, str) else reward
+    built = build_reward(reward, overrides)
     references = [None] * len(summaries) if references is None else references
     return score_texts({"reward": built}, summaries, references, articles, tokenizer, device=device)["reward"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from rewards.base import Reward
-from rewards.configs import compose_rewards, score_strings
+from rewards.configs import build_reward, score_strings
 
 
 def completion_text(completion: str | Sequence[dict[str, Any]]) -> str:
@@ -29,7 +29,7 @@ class TRLReward:
 
     def __init__(self, reward: str | Reward, overrides: Sequence[str] = (), reference: str = "reference",
                  article: str = "article", tokenizer: str = "treebank", device: str = "cpu"):
-        self.reward = compose_rewards([reward], overrides)[reward] if isinstance(reward, str) else reward
+        self.reward = build_reward(reward, overrides)
         self.reference, self.article, self.tokenizer, self.device = reference, article, tokenizer, device
         self.__name__ = self.reward.name  # TRL logs each reward function under its __name__
 

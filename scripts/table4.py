@@ -44,6 +44,7 @@ from trainer.evaluate import (ROWS, SHAPE_KEYS, columns, evaluate, mean_shape, r
                               summary_shape, table_record)
 from trainer.significance import Interval, paired_bootstrap, paired_differences, pooled_bootstrap  # noqa: E402
 from trainer.tables import markdown_table, write_csv  # noqa: E402
+from trainer.train import SettingsError, check_writable  # noqa: E402
 
 LEVEL = 0.95
 SHAPE_HEADERS = {"tokens": "tokens", "repeated_trigrams": "repeated trigrams"}
@@ -152,12 +153,12 @@ def flat_settings(path: Path) -> dict[str, object]:
 def check_seeds_differ_only(runs: list[Run]) -> None:
     """Seeds pooled into one row must be one run at other seeds: a row pooling another learning rate or step count
     would report its intervals as a seed effect."""
-    first: dict[str, Run] = {}
+    first: dict[str, tuple[Run, dict[str, object]]] = {}
     for run in runs:
-        other = first.setdefault(run.row, run)
-        if other is run:
+        if run.row not in first:
+            first[run.row] = run, flat_settings(run.path)
             continue
-        a, b = flat_settings(other.path), flat_settings(run.path)
+        (other, a), b = first[run.row], flat_settings(run.path)
         differ = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k) and k.split(".")[-1] not in SEED_KEYS)
         if differ:
             raise SystemExit(f"table4: {run.row!r} would pool seeds {other.seed} and {run.seed}, whose settings differ "
@@ -166,13 +167,12 @@ def check_seeds_differ_only(runs: list[Run]) -> None:
 
 
 def writable(out: Path) -> Path:
-    """The --out folder, made now: one that cannot be written would fail after all the scoring."""
+    """The --out folder, made now (`check_writable`, as a run's folder is): one that cannot be written would fail after
+    all the scoring."""
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / ".table4.partial").write_text("")
-        (out / ".table4.partial").unlink()
-    except OSError as error:
-        raise SystemExit(f"table4: --out: cannot write to {out} ({error.strerror or error})") from None
+        check_writable(out, "--out")
+    except SettingsError as error:
+        raise SystemExit(f"table4: {error}") from None
     return out
 
 

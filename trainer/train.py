@@ -104,7 +104,8 @@ def given_on_the_command_line(key: str) -> bool:
     answer for). Outside a Hydra app every setting counts as given."""
     if not HydraConfig.initialized():
         return True
-    return any(o.lstrip("+").split("=", 1)[0] == key for o in HydraConfig.get().overrides.task)
+    overrides = OverridesParser.create().parse_overrides(list(HydraConfig.get().overrides.task))
+    return any(override.key_or_group == key for override in overrides)
 
 
 def check_it_trains(cfg: DictConfig, lr: float | None) -> None:
