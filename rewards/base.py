@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol, runtime_checkable
+from typing import Mapping
 
 import numpy as np
 import torch
@@ -105,47 +105,72 @@ class Display:
     reads_article: bool = False
 
 
-@runtime_checkable
-class Reward(Protocol):
-    """A reward scores a batch of hypotheses: float tensor [B] on the input's device.
+class Reward:
+    """The reward contract: a reward scores a batch of hypotheses, float tensor [B] on the input's device. Subclass it,
+    set `name` and `needs_reference`, and implement `__call__`; the rest has the defaults below, which a reward
+    overrides (as class or instance attributes, or properties) where it differs.
 
-    Reference-based rewards (`needs_reference`) may return anything for examples without a
-    reference, and NaN where the reference gives nothing to compare with (the mover's similarities
-    on a reference without a content word); callers mask both (`zero_where_not_applicable`).
+    A reference-based reward (`needs_reference`) may return anything for examples without a reference, and NaN
+    where the reference gives nothing to compare with (the mover's similarities on a reference without a content
+    word); callers mask both (`zero_where_not_applicable`).
 
-    A reward may own a frozen network (the QA rewards): it keeps it off the LightningModule (not a
-    submodule, so no optimizer, DDP wrapper or checkpoint sees it), in eval mode without gradients,
-    runs it under `inference_mode` and moves it to its inputs' device on use. Per-article work is
-    cached by article id. An optional `diagnostics` dict describes the last call (logged as
-    `train/reward/<key>`), and a sum of rewards keeps each term's values of its last call in `term_values`
-    (logged too). A reward that shapes another (`rewards.repeats.RepeatPenalty`) keeps it as `wrapped`.
-    Optional metadata: `display` (`Display`; default: its name, ×1), `test_metric` (the key of the test metric a
-    run trained with it is judged on; default: its name, the reward itself scored on text),
-    `bounds` (default [0, 1]) and `sees_repeats` (default False: `rl.penalize_repeats=blind` penalises its repeats).
+    A reward may own a frozen network (the QA rewards): it keeps it off the LightningModule (not a submodule, so no
+    optimizer, DDP wrapper or checkpoint sees it), in eval mode without gradients, runs it under `inference_mode`
+    and moves it to its inputs' device on use. Per-article work is cached by article id.
     """
 
     name: str
     needs_reference: bool
+    # whether it already costs a summary its repeats: ROUGE-L's precision counts a repeated phrase as unmatched, the
+    # mover's bags of words do not, and `rl.penalize_repeats=blind` wraps only those that do not (`rewards.repeats`)
+    sees_repeats: bool = False
 
-    def __call__(self, inputs: RewardInput) -> Tensor: ...
+    @property
+    def display(self) -> Display:
+        """How tables show it as a test metric (`Display`): by default its name, ×1, not reading the article."""
+        return self.__dict__.get("_display") or Display(self.name)
+
+    @display.setter
+    def display(self, value: Display) -> None:
+        self.__dict__["_display"] = value
+
+    @property
+    def judged_by(self) -> str:
+        """The key of the test metric that a run trained with it is judged on: by default its name, the reward
+        itself scored on the test's text (ROUGE-L: rouge-score's `rougeL`)."""
+        return self.name
+
+    @property
+    def unshaped(self) -> "Reward":
+        """The reward without its training-time shaping (`RepeatPenalty`): what the test scores. By default itself."""
+        return self
+
+    def diagnostics(self) -> dict[str, float]:
+        """What it says about its last call, logged as `train/reward/<key>` (LS-Score's L and S, QA's question
+        counts); by default nothing."""
+        return {}
+
+    def term_values(self) -> dict[str, Tensor]:
+        """Per-row values [B] of its parts in its last call, logged beside it (a weighted sum's terms, the repeat
+        penalty's unpenalised reward); by default none."""
+        return {}
+
+    def __call__(self, inputs: RewardInput) -> Tensor:
+        raise NotImplementedError(f"{type(self).__name__} must implement __call__(inputs) -> Tensor [B]")
 
 
-def reward_bounds(reward: Reward) -> tuple[float, float]:
-    """The range a reward's values lie in: its `bounds` if it declares them (LS-Score's can be negative), [0, 1]
-    otherwise; a weighted sum's follow from its terms'."""
-    if isinstance(reward, WeightedSum):
-        parts = [(reward.weights[k] * lo, reward.weights[k] * hi) for k, (lo, hi) in
-                 ((k, reward_bounds(t)) for k, t in reward.terms.items())]
-        return sum(min(p) for p in parts), sum(max(p) for p in parts)
-    return getattr(reward, "bounds", (0.0, 1.0))
+class NotAReward(TypeError):
+    """An object configured as a reward or metric that does not keep the reward contract."""
 
 
-def display(reward: Reward) -> Display:
-    return getattr(reward, "display", None) or Display(reward.name)
-
-
-def test_metric_of(reward: Reward) -> str:
-    return getattr(reward, "test_metric", reward.name)
+def check_reward(reward: object, setting: str) -> None:
+    """A one-line error, naming the setting, for an object that does not keep the reward contract."""
+    if not isinstance(reward, Reward):
+        raise NotAReward(f"{setting}: {type(reward).__module__}.{type(reward).__name__} is not a reward: subclass "
+                        "rewards.base.Reward (README, \"A reward\")")
+    missing = [attr for attr in ("name", "needs_reference") if not hasattr(reward, attr)]
+    if missing:
+        raise NotAReward(f"{setting}: {type(reward).__name__} does not set {' or '.join(missing)} (rewards.base.Reward)")
 
 
 def not_applicable(reward: Reward, values: Tensor, inputs: RewardInput) -> Tensor:
@@ -158,7 +183,7 @@ def zero_where_not_applicable(reward: Reward, values: Tensor, inputs: RewardInpu
     return torch.where(not_applicable(reward, values, inputs), torch.zeros_like(values), values)
 
 
-class WeightedSum:
+class WeightedSum(Reward):
     """sum_k w_k r_k, itself a reward. A reference-based term adds nothing where it does not apply.
 
     Training on a mix of articles with and without references (`trainer.data.MixedShuffle`), the inputs carry the
@@ -177,8 +202,13 @@ class WeightedSum:
         self.weights = {k: float(v) for k, v in weights.items()}
         self.name = name or "+".join(f"{self.weights[k]:g}*{t.name}" for k, t in self.terms.items())
         self.needs_reference = all(t.needs_reference for t in self.terms.values())
-        self.display = Display(column or self.name, scale, any(display(t).reads_article for t in self.terms.values()))
-        self.term_values: dict[str, Tensor] = {}  # of the last call, for the log
+        self.display = Display(column or self.name, scale, any(t.display.reads_article for t in self.terms.values()))
+        self._term_values: dict[str, Tensor] = {}  # of the last call, for the log
+
+    @property
+    def sees_repeats(self) -> bool:
+        """A sum sees repeats if all its terms do."""
+        return all(term.sees_repeats for term in self.terms.values())
 
     def components(self, inputs: RewardInput) -> dict[str, Tensor]:
         """Each term's reward, 0 where it does not apply."""
@@ -190,9 +220,11 @@ class WeightedSum:
         return sum(self.weights[k] * scale[k] * v for k, v in parts.items())
 
     def __call__(self, inputs: RewardInput) -> Tensor:
-        self.term_values = self.components(inputs)
-        return self.total(self.term_values, inputs.unlabelled_fraction)
+        self._term_values = self.components(inputs)
+        return self.total(self._term_values, inputs.unlabelled_fraction)
 
-    @property
+    def term_values(self) -> dict[str, Tensor]:
+        return self._term_values
+
     def diagnostics(self) -> dict[str, float]:
-        return {k: v for term in self.terms.values() for k, v in getattr(term, "diagnostics", {}).items()}
+        return {k: v for term in self.terms.values() for k, v in term.diagnostics().items()}

@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_module
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from rewards.base import Reward
+from rewards.base import Reward, check_reward
 from rewards.scoring import score_texts
 
 CONF = "conf"  # the package of the shipped configs, found through Hydra's package search path (pkg://conf)
@@ -62,7 +62,10 @@ def compose_rewards(specs: Sequence[str], overrides: Sequence[str] = (),
     for label, config in pairs:
         if "_target_" not in cfg[label]:  # e.g. `mle`, which selects MLE training rather than a reward
             raise RewardConfigError(f"conf/reward/{config}.yaml does not define a reward (no _target_)")
-    return {label: instantiate(cfg[label]) for label in labels}
+    rewards = {label: instantiate(cfg[label]) for label in labels}
+    for label, config in pairs:
+        check_reward(rewards[label], f"conf/reward/{config}.yaml")
+    return rewards
 
 
 def build_reward(reward: str | Reward, overrides: Sequence[str] = ()) -> Reward:

@@ -14,7 +14,6 @@ Trained offline by `scripts/train_ls_score.py`.
 from __future__ import annotations
 
 import random
-import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from models.text.vectors import minilm_path
-from rewards.base import Display, RewardInput
+from rewards.base import Display, Reward, RewardInput
 from rewards.pretrained import load_pretrained
 
 CHECKPOINT = "ls_score.pt"
@@ -177,7 +176,7 @@ def ranking_loss(positive: dict[str, Tensor], negatives: dict[str, dict[str, Ten
 
 
 # ---------------------------------------------------------------- the reward
-class LSScore:
+class LSScore(Reward):
     """LS-Score as a reward (reference-free): the frozen scorer of `checkpoint` (None: the untrained encoder, whose
     S is the plain encoder cosine). Set α = 0 for S alone. Not a submodule of the summarizer: it follows its inputs'
     device, runs under `inference_mode`; each article's pooled encoding is computed once and cached. An empty summary
@@ -191,11 +190,11 @@ class LSScore:
         self.scorer.eval().requires_grad_(False)
         self.name, self.batch_size = name, batch_size
         self.display = Display(column or name, reads_article=True)
-        # L, a mean log-probability, is at most 0 and unbounded below; S, a cosine, lies in [-1, 1]
-        alpha, beta = self.scorer.config.alpha, self.scorer.config.beta
-        self.bounds = (-math.inf if alpha > 0 else -beta, beta)
         self._articles: dict[tuple[str, int], Tensor] = {}
-        self.diagnostics: dict[str, float] = {}
+        self._diagnostics: dict[str, float] = {}
+
+    def diagnostics(self) -> dict[str, float]:
+        return self._diagnostics
 
     def article_vectors(self, ids: list[str], texts: list[str], device: torch.device) -> Tensor:
         """Pooled article encodings [B, K], cached by (id, text) (scoring calls may reuse ids for other articles)."""
@@ -221,5 +220,5 @@ class LSScore:
         article = self.article_vectors(list(batch.ids), articles, device)
         ids, mask, counted = tokenize_batch(self.tokenizer, inputs.hyp_texts(), self.scorer.config.max_summary_tokens)
         out = self.scorer(ids.to(device), mask.to(device), counted.to(device), article)
-        self.diagnostics = {"ls_L": float(out["L"].mean()), "ls_S": float(out["S"].mean())}
+        self._diagnostics = {"ls_L": float(out["L"].mean()), "ls_S": float(out["S"].mean())}
         return out["LS"].float()

@@ -28,7 +28,7 @@ import torch
 from numba import njit
 from torch import Tensor
 
-from rewards.base import Display, RewardInput
+from rewards.base import Display, Reward, RewardInput
 from rewards.embeddings import Embeddings, TokenVectors
 from rewards.transport import transport_cost
 
@@ -184,7 +184,7 @@ def batch_similarities(hyp: TokenVectors, ref: TokenVectors, word_mass: float, s
     return similarities
 
 
-class MoverSimilarity:
+class MoverSimilarity(Reward):
     """exp(-EMD) between the hypothesis's and the reference's bags; subclasses fix the bag.
 
     Float32 [B] on the input's device: 0 for a hypothesis with no word left after preprocessing,

@@ -29,7 +29,7 @@ from torch import Tensor
 from models.text.extras import optional
 from models.text.vectors import glove_words
 from models.text.vocab import split_sentences
-from rewards.base import Display, RewardInput
+from rewards.base import Display, Reward, RewardInput
 from rewards.embeddings import is_content_word
 from rewards.pretrained import load_pretrained
 
@@ -385,7 +385,7 @@ def shared_metrics(model: str, selector: str = "salient", max_questions: int = 1
                      ClozeQuestions(SELECTORS[selector](), max_questions), questions_from, confidence)
 
 
-class QAScore:
+class QAScore(Reward):
     """A QA reward: `score="conf"` (QAconf) or `"fscore"` (QAfscore), in [0, 1]."""
 
     def __init__(self, qa: QAMetrics, score: str):
@@ -396,7 +396,6 @@ class QAScore:
         self.display = Display(f"QA{score}", 100, reads_article=qa.questions_from == "article")
         self.needs_reference = qa.questions_from == "reference"
 
-    @property
     def diagnostics(self) -> dict[str, float]:
         return self.qa.diagnostics
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rewards.base import Reward, RewardInput, WeightedSum, display, reward_bounds, test_metric_of
+from rewards.base import Reward, RewardInput, check_reward
 
 
 def ngram_keys(ids: Tensor, lengths: Tensor, n: int, base: int) -> tuple[Tensor, Tensor]:
@@ -28,27 +28,33 @@ def repeated_ngram_counts(ids: Tensor, lengths: Tensor, base: int, n: int = 3) -
     return repeats, valid.sum(1)
 
 
-class RepeatPenalty:
+class RepeatPenalty(Reward):
     """`reward` times the share of the summary's trigrams that are not repeats. It is `reward` to the tables (name,
-    display, test metric) and keeps it as `wrapped`: the test metric is the reward unpenalised. Its last call's
-    unpenalised values are a term, `unpenalized`, logged beside the penalised reward (`train/reward/unpenalized`)."""
+    display, the test metric it is judged by) and its `unshaped` reward is `reward`: the test scores it unpenalised.
+    Its last call's unpenalised values are a term, `unpenalized`, logged beside the penalised reward
+    (`train/reward/unpenalized`)."""
+
+    sees_repeats = True
 
     def __init__(self, reward: Reward):
         self.wrapped = reward
         self._unpenalized: Tensor | None = None
-        self.name, self.needs_reference = reward.name, reward.needs_reference
-        self.display, self.test_metric = display(reward), test_metric_of(reward)
-        low, high = reward_bounds(reward)
-        self.bounds = (min(low, 0.0), max(high, 0.0))  # scaled by a factor in [0, 1]
+        self.name, self.needs_reference, self.display = reward.name, reward.needs_reference, reward.display
 
     @property
+    def judged_by(self) -> str:
+        return self.wrapped.judged_by
+
+    @property
+    def unshaped(self) -> Reward:
+        return self.wrapped.unshaped
+
     def term_values(self) -> dict[str, Tensor]:
         unpenalized = {} if self._unpenalized is None else {"unpenalized": self._unpenalized}
-        return {**getattr(self.wrapped, "term_values", {}), **unpenalized}
+        return {**self.wrapped.term_values(), **unpenalized}
 
-    @property
     def diagnostics(self) -> dict[str, float]:
-        return getattr(self.wrapped, "diagnostics", {})
+        return self.wrapped.diagnostics()
 
     def __call__(self, inputs: RewardInput) -> Tensor:
         base = len(inputs.vocab) + inputs.batch.n_copy_oovs
@@ -60,21 +66,15 @@ class RepeatPenalty:
 PENALIZE_REPEATS = (True, False, "blind")
 
 
-def sees_repeats(reward: Reward) -> bool:
-    """Whether a reward already costs a summary its repeats (`sees_repeats`, default False): ROUGE-L's precision
-    counts a repeated phrase as unmatched, the mover's bags of words do not. A sum sees them if all its terms do."""
-    if isinstance(reward, WeightedSum):
-        return all(sees_repeats(term) for term in reward.terms.values())
-    return getattr(reward, "sees_repeats", False)
-
-
 def penalize_repeats(reward: Reward | None, enabled: bool | str = "blind") -> Reward | None:
     """The training reward of `rl.penalize_repeats`: `reward` wrapped in `RepeatPenalty` (true), as it is (false),
     or wrapped only if blind to repeats ("blind"): multiplying ROUGE-L by the penalty as well made the demo's RL
     cut its repetitive starts' decodes to half the references' length first (docs/RESULTS.md)."""
     if enabled not in PENALIZE_REPEATS:
         raise ValueError(f"rl.penalize_repeats must be true, false or blind, got {enabled!r}")
-    if reward is None or not enabled or (enabled == "blind" and sees_repeats(reward)):
+    if reward is not None:
+        check_reward(reward, "reward")
+    if reward is None or not enabled or (enabled == "blind" and reward.sees_repeats):
         return reward
     return RepeatPenalty(reward)
 

@@ -15,7 +15,7 @@ import torch
 from rapidfuzz.distance import LCSseq
 from torch import Tensor
 
-from rewards.base import Display, RewardInput
+from rewards.base import Display, Reward, RewardInput
 
 
 def lcs_lengths(hyps: Sequence[Sequence[int]], refs: Sequence[Sequence[int]]) -> np.ndarray:
@@ -31,7 +31,7 @@ def lcs_f_measure(lcs: np.ndarray, hyp_lens: np.ndarray, ref_lens: np.ndarray, b
     return np.where(lcs > 0, (1 + beta ** 2) * precision * recall / denominator, 0.0)
 
 
-class RougeL:
+class RougeL(Reward):
     """ROUGE-L F-measure between the hypothesis and the full reference, on extended token ids.
 
     β = 1 is rouge-score's `rougeL`; β = 1.2 is the ROUGE-1.5.5 setting with which Clark et al.
@@ -40,7 +40,7 @@ class RougeL:
 
     name = "rouge_l"
     display = Display("ROUGE-L", 100)
-    test_metric = "rougeL"  # what the test measures for it: rouge-score's ROUGE-L F on text, with stemming
+    judged_by = "rougeL"  # what the test measures for it: rouge-score's ROUGE-L F on text, with stemming
     needs_reference = True
     sees_repeats = True  # a repeated phrase lowers the LCS precision (`rl.penalize_repeats=blind` leaves it alone)
 
@@ -62,7 +62,7 @@ def ngram_counts(tokens: Sequence[int], n: int, distinct: bool) -> Counter:
     return Counter(dict.fromkeys(grams, 1)) if distinct else grams
 
 
-class RougeN:
+class RougeN(Reward):
     """ROUGE-N recall, precision or F1 between the hypothesis and the full reference, on extended token ids.
 
     Matches are clipped counts (ROUGE-1.5.5, rouge-score); `distinct=True` counts each n-gram once, as the `rouge`

@@ -9,7 +9,7 @@ tokens, targets of 100, hidden 256, embeddings 128, vocabulary 50k. One markdown
 (forward, decodes, rewards, backward, Adam), the ratio to the MLE step, the seconds and share of each section
 (encode; sample + greedy decode; reward; the teacher-forced pass over the references and the samples, or at
 τ ≠ 1 (and in libraries before it) the samples' rescoring and the MLE pass apart; backward; optimizer;
-other: the logged diagnostics), each timed with the device synchronized (`trainer.module.StepTimer`), and the
+other: the logged diagnostics), each timed with the device synchronized (`trainer.timing.StepTimer`), and the
 hours one epoch over CNN/DM's 287,113 training pairs would take at that step time and batch.
 
 `--eos-bias B` adds B to the untrained model's </s> logit, so that samples end, as a trained model's do (7.6: samples
@@ -45,7 +45,8 @@ from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
 from models.text.batch import collate
 from models.text.vectors import minilm_path
 from scripts.cli import compose_rewards, positive_int
-from trainer.module import StepTimer, SummarizationModule
+from trainer.module import SummarizationModule
+from trainer.timing import StepTimer
 from trainer.schedules import Constant
 
 

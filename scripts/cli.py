@@ -22,7 +22,7 @@ from hydra.utils import instantiate
 
 from models.text.batch import Example
 from models.text.records import DataError, Row
-from rewards.base import Reward
+from rewards.base import NotAReward, Reward
 # the scripts import these from here too
 from rewards.configs import CONF, RewardConfigError, compose_rewards, parse_reward_spec, reward_configs  # noqa: F401
 from rewards.pretrained import PretrainedNotFound
@@ -36,7 +36,7 @@ class InputError(ValueError):
 
 
 # What a command line reports as one line instead of a traceback (DataError: a bad, missing or undecodable file).
-USER_ERRORS = (InputError, RewardConfigError, DataError, CheckpointError, PretrainedNotFound,
+USER_ERRORS = (InputError, RewardConfigError, DataError, CheckpointError, PretrainedNotFound, NotAReward,
                ConfigCompositionException, OverrideParseException)
 
 

@@ -16,7 +16,6 @@ import json
 from pathlib import Path
 
 from models.text.records import read_jsonl
-from rewards.base import display
 from scripts.cli import InputError, add_scoring_arguments, command, score_rows
 from trainer.evaluate import columns
 from trainer.tables import markdown_table
@@ -56,7 +55,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     for label, values in scores.items():
         scored = [v for v in values if v is not None]
         means[label] = sum(scored) / len(scored) if scored else float("nan")
-        scale = display(rewards[label]).scale
+        scale = rewards[label].display.scale
         table.append([label, headers[label], str(len(scored)), f"{means[label] * scale:.2f}", f"×{scale:g}"])
     print(markdown_table(["reward", "column", "n", "mean", "scale"], table))
     return means

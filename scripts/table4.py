@@ -36,7 +36,6 @@ sys.path.insert(0, str(REPO))
 
 from models.text.records import DataError, Row, csv_rows, jsonl_rows  # noqa: E402
 from models.text.vocab import split_at_sentence_ends  # noqa: E402
-from rewards.base import display  # noqa: E402
 from scripts.cli import (USER_ERRORS, add_config_dir_argument, command, compose_rewards, int_at_least,  # noqa: E402
                          metrics_and_paths, positive_int)
 from trainer.callbacks import plot_curves  # noqa: E402
@@ -277,7 +276,7 @@ def score_run(run: Run, metrics: dict, decoder: str = "beam") -> tuple[dict[str,
         rows = [{**row, **row["greedy"]} for row in rows]  # the greedy summary, with its own scores
     hyps = [split_at_sentence_ends(r["summary"].split()) for r in rows]
     refs = [[s.split() for s in r["reference"].split("\n")] for r in rows]
-    from_text = {key: metric for key, metric in metrics.items() if not display(metric).reads_article}
+    from_text = {key: metric for key, metric in metrics.items() if not metric.display.reads_article}
     means, per_example = evaluate(hyps, refs, from_text)
     if decoder == "greedy":
         for scores, hyp in zip(per_example, hyps):
@@ -377,7 +376,7 @@ def lead3_row(run: Run, metrics: dict) -> dict[str, float] | None:
     rows = read_summaries(run.path)
     if "lead3" not in rows[0]:
         return None
-    from_text = {key: metric for key, metric in metrics.items() if not display(metric).reads_article}
+    from_text = {key: metric for key, metric in metrics.items() if not metric.display.reads_article}
     hyps = [split_at_sentence_ends(r["lead3"].split()) for r in rows]
     means, _ = evaluate(hyps, [[s.split() for s in r["reference"].split("\n")] for r in rows], from_text)
     return {"n": len(rows), "seeds": 0, **means}

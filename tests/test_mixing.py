@@ -14,7 +14,7 @@ from hydra.utils import instantiate
 from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
 from models.text.batch import Example, collate
 from models.text.vocab import Vocabulary
-from rewards.base import RewardInput, WeightedSum
+from rewards.base import Reward, RewardInput, WeightedSum
 from rewards.rouge import RougeL
 from trainer.data import MixedShuffle, RatioSplit, SummarizationData, Unlabelled
 from trainer.demo import DemoCorpus
@@ -166,7 +166,7 @@ def test_a_proportion_without_both_kinds_in_a_batch_is_named():
 VOCAB = Vocabulary("the cat sat on a mat . dog ran".split())
 
 
-class Length:
+class Length(Reward):
     """A reference-free reward: the summary's length in tokens."""
 
     name, needs_reference = "length", False

@@ -16,8 +16,8 @@ from omegaconf import OmegaConf
 
 from models.text.records import DataError
 from models.text.vocab import Vocabulary
-from rewards.base import RewardInput, reward_bounds
-from rewards.ls_score import LSConfig, LSScorer, load_encoder
+from rewards.base import RewardInput, WeightedSum
+from rewards.ls_score import LSConfig, LSScore, LSScorer, load_encoder
 from rewards.mover import MoverSimilarity
 from rewards.scoring import hypothesis_tokens, tokenize
 from scripts.cli import compose_rewards
@@ -49,6 +49,20 @@ def rewards(tiny_qa_model, tmp_path_factory):
         return compose_rewards(REWARDS)
 
 
+def value_range(reward) -> tuple[float, float]:
+    """Where a reward's values lie by its definition: LS-Score's L, a mean log-probability, is at most 0 and unbounded
+    below, and its S is a cosine, in [-1, 1]; a weighted sum's range follows from its terms'; the others lie in
+    [0, 1]."""
+    if isinstance(reward, WeightedSum):
+        parts = [(reward.weights[k] * low, reward.weights[k] * high)
+                 for k, (low, high) in ((k, value_range(term)) for k, term in reward.terms.items())]
+        return sum(min(p) for p in parts), sum(max(p) for p in parts)
+    if isinstance(reward, LSScore):
+        alpha, beta = reward.scorer.config.alpha, reward.scorer.config.beta
+        return -float("inf") if alpha > 0 else -beta, beta
+    return 0.0, 1.0
+
+
 @pytest.mark.parametrize("name", REWARDS)
 @FEW
 @given(pairs=st.lists(st.tuples(TEXTS, st.none() | TEXTS), min_size=1, max_size=4))
@@ -60,7 +74,7 @@ def test_rewards_stay_in_range_on_any_text(rewards, name, pairs):
     inputs = RewardInput.from_texts(hyps, refs, Vocabulary(words), source_texts=[r or c for c, r in pairs])
     reward = rewards[name]
     values = reward(inputs)
-    low, high = reward_bounds(reward)
+    low, high = value_range(reward)
     in_range = (values >= low - 1e-5) & (values <= high + 1e-5)  # a cosine of identical vectors rounds to 1 + ε
     if isinstance(reward, MoverSimilarity):
         hyp_content, ref_content = (torch.from_numpy(reward.embeddings.embed_batch(inputs, side).keep.any(1))

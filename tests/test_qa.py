@@ -201,7 +201,7 @@ def test_learned_metric_shares_one_model_and_one_forward_pass(tiny_qa_model, mon
     assert len(passes) == 1
     expected = 0.8576 * parts["rouge_l"] + 2.274 * parts["qa_conf"] + 0.6413 * parts["qa_fscore"]
     assert torch.allclose(learned(batch), expected)
-    assert learned.diagnostics["qa_questions"] > 0
+    assert learned.diagnostics()["qa_questions"] > 0
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

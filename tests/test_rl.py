@@ -10,12 +10,13 @@ from models.decoding import BlockRepeatedTrigrams, MinLength, rollout_rows, samp
 from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
 from models.text.batch import Example, collate
 from models.text.vocab import Vocabulary
-from rewards.base import Display, RewardInput
+from rewards.base import Display, Reward, RewardInput
 from rewards.repeats import RepeatPenalty, repeated_ngram_counts
 from rewards.rouge import RougeL
 from trainer.baselines import GreedyBaseline, LeaveOneOut
 from trainer.evaluate import table_record
-from trainer.module import SummarizationModule, self_critical_loss
+from trainer.module import SummarizationModule
+from trainer.rl import self_critical_loss
 from trainer.schedules import Constant
 
 
@@ -162,7 +163,7 @@ def test_k1_greedy_equals_the_self_critical_loss():
     torch.testing.assert_close(loss, expected, atol=1e-6, rtol=1e-6)
 
 
-class NaNWithoutReference:
+class NaNWithoutReference(Reward):
     """A reference-based reward that, like a careless metric, returns NaN where there is no reference."""
 
     name, needs_reference = "nan_without_reference", True
@@ -183,7 +184,7 @@ def test_rows_without_reference_get_zero_reward_even_when_it_is_nan():
     torch.testing.assert_close(loss, module.training_step(batch, 0))
 
 
-class NaNOnFirstArticle:
+class NaNOnFirstArticle(Reward):
     """A reference-free reward that does not apply to article "0" (NaN there)."""
 
     name, needs_reference = "nan_on_first", False
@@ -209,7 +210,7 @@ def test_batch_index_select_repeats_rows_and_lists():
     assert picked.n_copy_oovs == batch.n_copy_oovs and len(picked) == 3
 
 
-class Ones:
+class Ones(Reward):
     name, needs_reference = "ones", False
 
     def __call__(self, inputs: RewardInput) -> torch.Tensor:
@@ -229,7 +230,7 @@ def test_penalized_repeats_scale_the_reward_by_the_share_of_new_trigrams():
     assert module._reward(inputs)[0].tolist() == [0.75, 1.0, 0.5]
 
 
-class InfOnArticle:
+class InfOnArticle(Reward):
     """A broken reward: +inf on every row of article `bad` (a non-finite loss follows), ROUGE-L elsewhere."""
 
     name, needs_reference = "inf_on_article", True
@@ -310,7 +311,7 @@ def test_test_metric_validation_scores_the_beam_decodes_with_the_test_metric_unp
 
 def test_test_metric_validation_is_the_rewards_own_metric_for_a_mover_reward():
     """A reward without a `test_metric` (the mover's similarities) is its own test metric, at its display scale."""
-    class Length:
+    class Length(Reward):
         name, needs_reference = "length", True
         display = Display("Length", 1000)  # scored ×1000, as the mover's metrics are
 
@@ -330,7 +331,7 @@ def test_test_metric_validation_is_the_rewards_own_metric_for_a_mover_reward():
 def test_the_test_scores_a_mixed_runs_own_metric_unpenalised_even_when_it_reads_the_article(tmp_path):
     """A reward that reads the article (LS-Score, the unsupervised QA metrics) can only be scored at test time, when
     the article is at hand: its diagonal cell must not depend on the user listing it under `metrics`."""
-    class Length:
+    class Length(Reward):
         name, needs_reference = "length", False
         display = Display("Length", 1000, reads_article=True)
 
@@ -359,7 +360,7 @@ def test_select_by_is_checked():
         SummarizationModule(model, vocab, optimizer=torch.optim.Adam, select_by="beam")
 
 
-class TokensPerTen:
+class TokensPerTen(Reward):
     name, needs_reference = "tokens", False
 
     def __call__(self, inputs):
@@ -372,4 +373,4 @@ def test_the_repeat_penalty_keeps_the_unpenalised_reward_beside_the_penalised_on
     penalty = RepeatPenalty(TokensPerTen())
     # trigrams abc bca cab abc: 1 of 4 repeats -> 0.6 × 3/4; abc alone: 0.3
     torch.testing.assert_close(penalty(inputs), torch.tensor([0.45, 0.3]))
-    torch.testing.assert_close(penalty.term_values["unpenalized"], torch.tensor([0.6, 0.3]))
+    torch.testing.assert_close(penalty.term_values()["unpenalized"], torch.tensor([0.6, 0.3]))

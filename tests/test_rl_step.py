@@ -17,7 +17,8 @@ from models.text.vocab import Vocabulary
 from rewards.qa import MASK, ExtractiveQA
 from test_decoding import recorded_setting
 from test_rl import tiny_module
-from trainer.module import StepTimer, SummarizationModule
+from trainer.module import SummarizationModule
+from trainer.timing import StepTimer
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))]
 

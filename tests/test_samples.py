@@ -11,7 +11,7 @@ from rouge_score import rouge_scorer
 
 from conftest import run_config
 from models.decoding import greedy
-from rewards.base import WeightedSum
+from rewards.base import Reward, WeightedSum
 from rewards.rouge import RougeL
 from test_rl import tiny_module
 from test_scripts import load_script
@@ -24,7 +24,7 @@ from trainer.train import run
 
 # ---------------------------------------------------------------- training-step statistics
 
-class HandMade:
+class HandMade(Reward):
     """A reward fixed by hand for each decoded row: article i's k samples at rows i·k …, then the greedy rows."""
 
     needs_reference = False
@@ -86,7 +86,7 @@ def test_the_articles_are_the_same_for_every_data_order(tmp_path):
     assert chosen[0] == chosen[1] and len(chosen[0]) == 8
 
 
-class TokensPerHundred:
+class TokensPerHundred(Reward):
     name, needs_reference = "length", False  # the name of a built-in field of the samples
 
     def __call__(self, inputs):

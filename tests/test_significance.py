@@ -7,7 +7,6 @@ import json
 import math
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ from rouge_score import rouge_scorer
 from scipy import stats
 
 from conftest import run_config
-from rewards.base import Display
+from rewards.base import Display, Reward
 from rewards.mover import SentenceMoverSimilarity, SentenceWordMoverSimilarity, WordMoverSimilarity
 from rewards.rouge import RougeL
 from test_scripts import load_script, write_jsonl
@@ -168,9 +167,16 @@ REWARDS = {"mle": None, "rouge_l": RougeL(), "wms": WordMoverSimilarity(None), "
            "s_wms": SentenceWordMoverSimilarity(None)}
 BOTTOM_UP = {"mle": "Bottom-up (no reward)", "mixed": "Bottom-up Mixed w/ {reward}"}
 # QA rewards as table4 sees them (their display metadata), without a QA model
-QA_CONF = SimpleNamespace(name="qa_conf", needs_reference=False, display=Display("QAconf", 100, reads_article=True))
-LS_SCORE = SimpleNamespace(name="ls_score", needs_reference=False, display=Display("LS-Score", reads_article=True))
-QA_LEARNED = SimpleNamespace(name="qa_learned", needs_reference=False, display=Display("QA learned", 100, True))
+class StandIn(Reward):
+    needs_reference = False
+
+    def __init__(self, name: str, display: Display):
+        self.name, self.display = name, display
+
+
+QA_CONF = StandIn("qa_conf", Display("QAconf", 100, reads_article=True))
+LS_SCORE = StandIn("ls_score", Display("LS-Score", reads_article=True))
+QA_LEARNED = StandIn("qa_learned", Display("QA learned", 100, True))
 
 
 def write_run(root: Path, run_name: str, summaries: list[str], references: list[str]) -> None:
@@ -532,10 +538,10 @@ def test_table4_writes_into_the_sweep_that_holds_the_runs(seed_grid, capsys):
 # ---------------------------------------------------------------- a new reward: one class, one YAML
 
 TOY_REWARD = '''
-from rewards.base import Display
+from rewards.base import Display, Reward
 
 
-class Length:
+class Length(Reward):
     """Longer summaries score higher: tokens / 100, shown ×1000 under "Length"."""
 
     name, needs_reference = "length", False
@@ -576,7 +582,7 @@ def test_table4_refuses_to_score_an_article_reading_metric_without_the_article(t
     """summaries.jsonl keeps no article: a metric that reads one is taken from the run's test scores or refused,
     never computed against an empty article."""
     (tmp_path / "toy_article_reward.py").write_text(
-        "from rewards.base import Display\n\n\nclass Overlap:\n    name, needs_reference = 'overlap', False\n"
+        "from rewards.base import Display, Reward\n\n\nclass Overlap(Reward):\n    name, needs_reference = 'overlap', False\n"
         "    display = Display('Overlap', 100, reads_article=True)\n\n"
         "    def __call__(self, inputs):\n        return inputs.hyp_lens.float() * 0\n")
     (tmp_path / "my_conf" / "reward").mkdir(parents=True)

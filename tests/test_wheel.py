@@ -19,7 +19,10 @@ TINY = ["experiment=demo_grid", "threads=1", "data.train.n=200", "data.val_sampl
 
 # A reward of the user's own: one class in their module, one YAML in their config folder.
 USER_REWARD = '''
-class LongerIsBetter:
+from rewards.base import Reward
+
+
+class LongerIsBetter(Reward):
     name, needs_reference = "longer", False
 
     def __call__(self, inputs):

@@ -9,7 +9,7 @@ from typing import Any, Callable, Mapping
 import torch
 from rouge_score import rouge_scorer
 
-from rewards.base import Reward, display, test_metric_of
+from rewards.base import Reward
 from rewards.scoring import score_texts
 from trainer.tables import markdown_table
 
@@ -73,7 +73,7 @@ def evaluate(hypotheses: list[list[list[str]]], references: list[list[list[str]]
                          device=device, sources=sources)
     for name, values in scores.items():
         for row, value in zip(per_example, values):
-            row[name] = None if value is None else display(metrics[name]).scale * value
+            row[name] = None if value is None else metrics[name].display.scale * value
     means = {}
     for key in per_example[0] if per_example else []:
         values = [r[key] for r in per_example if r[key] is not None]
@@ -90,7 +90,7 @@ def columns(metrics: Mapping[str, Reward]) -> dict[str, str]:
     whose column is a ROUGE column's (the ROUGE-L reward's LCS F on tokens, beside rouge-score's stemmed ROUGE-L) is
     headed "<column> (reward)": one name, one number."""
     taken = set(ROUGE_COLUMNS.values())
-    return ROUGE_COLUMNS | {key: display(metric).column + (" (reward)" if display(metric).column in taken else "")
+    return ROUGE_COLUMNS | {key: metric.display.column + (" (reward)" if metric.display.column in taken else "")
                             for key, metric in metrics.items()}
 
 
@@ -100,11 +100,11 @@ def table_record(reward: Reward | None, metrics: Mapping[str, Reward], rows: Map
     reward's column), the test metric its reward is judged on, the column of each test metric, and the metrics only
     the test could score (they read the article, which summaries.jsonl does not keep)."""
     record = {"row": rows["mle"], "test_metric": None, "columns": columns(metrics),
-              "stored": [key for key, metric in metrics.items() if display(metric).reads_article]}
+              "stored": [key for key, metric in metrics.items() if metric.display.reads_article]}
     if reward is not None:
-        record["row"] = rows["mixed"].format(reward=display(reward).column)
-        record["test_metric"] = test_metric_of(reward)
-        record["columns"].setdefault(record["test_metric"], display(reward).column)
+        record["row"] = rows["mixed"].format(reward=reward.display.column)
+        record["test_metric"] = reward.judged_by
+        record["columns"].setdefault(record["test_metric"], reward.display.column)
     return record
 
 

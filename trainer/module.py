@@ -4,11 +4,10 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections import defaultdict
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import pytorch_lightning as pl
 import torch
@@ -19,15 +18,17 @@ from models.decoding import (Decoded, StepProcessor, beam_search, check_beam_set
                              sample_and_greedy)
 from models.text.batch import Batch
 from models.text.vocab import SENTENCE_END, Vocabulary, split_at_sentence_ends
-from rewards.base import Reward, RewardInput, not_applicable, test_metric_of, zero_where_not_applicable
+from rewards.base import Reward, RewardInput, check_reward, not_applicable, zero_where_not_applicable
 from rewards.repeats import repeated_ngram_counts
 from rewards.rouge import RougeL
 from trainer.baselines import Baseline, GreedyBaseline
 from trainer.checkpoints import checkpoint_description
-from trainer.diagnostics import distinct_ngram_ratio, lead_copy_rate, novel_ngram_rate, repeated_ngram_rate
+from trainer.diagnostics import lead_copy_rate, repeated_ngram_rate
 from trainer.evaluate import ROUGE_KEYS, SHAPE_KEYS, as_text, evaluate, mean_shape, summary_shape
+from trainer.rl import advantage_statistics, mixed_loss, sample_statistics, self_critical_loss, term_statistics
 from trainer.samples import ValidationSamples
 from trainer.schedules import Constant
+from trainer.timing import untimed
 
 log = logging.getLogger(__name__)
 
@@ -37,55 +38,9 @@ log = logging.getLogger(__name__)
 SELECT_BY = ("reward", "test_metric")
 
 
-def self_critical_loss(sample_log_probs: Tensor, sample_lengths: Tensor, sample_reward: Tensor,
-                       baseline_reward: Tensor, length_normalize: bool = False) -> Tensor:
-    """−(r(ŷ) − b)·Σ_t log p(ŷ_t) per sample, summed over the sample up to and including its first </s>
-    (`sample_lengths`), with one baseline b per sample (the greedy decode's reward: self-critical). Returns [N]."""
-    steps = torch.arange(sample_log_probs.size(1), device=sample_log_probs.device)[None]
-    mask = steps < sample_lengths[:, None]
-    sequence = (sample_log_probs * mask).sum(1)
-    if length_normalize:
-        sequence = sequence / sample_lengths.clamp(min=1)
-    return -(sample_reward - baseline_reward).detach() * sequence
-
-
-def nan_std(values: Tensor) -> Tensor | float:
-    """The standard deviation of the values that are not NaN (0 for fewer than two)."""
-    values = values[~values.isnan()]
-    return values.std() if values.numel() > 1 else 0.0
-
-
 def finite_or_none(value: float) -> float | None:
     """A score for JSON: NaN (the reward does not apply) as None."""
     return None if value != value else value
-
-
-class StepTimer:
-    """Seconds per named section of training steps (`scripts/bench_rl.py`'s breakdown): install one as a module's
-    `timer`. The device is synchronized at both ends of a section, so queued CUDA work is charged to its section."""
-
-    def __init__(self, device: torch.device):
-        self.device = device
-        self.seconds: dict[str, float] = defaultdict(float)
-
-    def _sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-
-    @contextmanager
-    def __call__(self, section: str) -> Iterator[None]:
-        self._sync()
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self._sync()
-            self.seconds[section] += time.perf_counter() - start
-
-
-def untimed(section: str) -> AbstractContextManager[None]:
-    """The timer of a module that nobody measures: sections cost nothing and no synchronization."""
-    return nullcontext()
 
 
 @dataclass
@@ -145,6 +100,8 @@ class SummarizationModule(pl.LightningModule):
         self.beam["processors"] = [p for p in (self.beam.get("processors") or {}).values() if p is not None]
         check_beam_settings(**self.beam)  # now, not in the test-time decode after training
         self.metrics = dict(metrics or {})
+        for key, metric in self.metrics.items():
+            check_reward(metric, f"metrics.{key}")
         if taken := sorted(set(self.metrics) & {"n", "greedy", *SHAPE_KEYS}):
             raise ValueError(f"metrics: {', '.join(taken)} names what the test writes of every summary: give the "
                              "metric another key")
@@ -245,31 +202,17 @@ class SummarizationModule(pl.LightningModule):
         mle, sample_log_probs = self._teacher_forced(batch, enc, sampled, out.rows[: B * k])
         rl = self_critical_loss(sample_log_probs, sampled.lengths, out.sample_rewards.flatten(),
                                 out.baseline.flatten(), self.length_normalize).view(B, k).mean(1)
-        loss = gamma * rl.mean() + (1 - gamma) * mle["loss"] if batch.has_reference.any() else rl.mean()
-        advantage = out.advantage
-        base = len(self.vocab) + batch.n_copy_oovs
-        src_lengths = out.batch.src_mask[: B * k].sum(1)
+        loss = mixed_loss(gamma, rl, mle["loss"], bool(batch.has_reference.any()))
         greedy_reward = {"reward_greedy": out.rewards[B * k:].mean()} if self.baseline.needs_greedy else {}
-        # each term of a weighted sum on the samples (mean and spread), and what the reward says about its last call
-        reward_parts = {}
-        for name, value in out.terms.items():
-            reward_parts |= {f"reward/{name}": value[: B * k].nanmean(), f"reward/{name}_std": nan_std(value[: B * k])}
-        reward_parts |= {f"reward/{key}": value for key, value in getattr(self.reward, "diagnostics", {}).items()}
         self._log_train({
             "loss": loss, "nll": mle["nll"], "rl_loss": rl.mean(), "gamma": gamma,
             "reward_sample": out.sample_rewards.mean(), **greedy_reward,
-            "reward_not_applicable": out.not_applicable.float().mean(),
-            "advantage_mean": advantage.mean(), "advantage_std": advantage.std() if advantage.numel() > 1 else 0.0,
-            # samples that scored exactly their baseline: no gradient from them (the batch teaches nothing there)
-            "zero_advantage": (advantage == 0).float().mean(),
-            "sample_length": sampled.lengths.float().mean(),
-            "repeated_trigrams": repeated_ngram_rate(sampled.ids, sampled.lengths, base),
-            "novel_trigrams": novel_ngram_rate(sampled.ids, sampled.lengths, out.batch.src_ext[: B * k], src_lengths,
-                                               base),
-            "distinct_trigrams": distinct_ngram_ratio(sampled.ids, sampled.lengths, base),
-            "lead3_copy": lead_copy_rate(sampled.ids, sampled.lengths, out.batch.src_ext[: B * k], src_lengths,
-                                         self._sentence_ends(), base),
-            "reward_time_share": out.reward_seconds / max(time.perf_counter() - start, 1e-9), **reward_parts,
+            "reward_not_applicable": out.not_applicable.float().mean(), **advantage_statistics(out.advantage),
+            **sample_statistics(sampled.ids, sampled.lengths, out.batch.src_ext[: B * k],
+                                out.batch.src_mask[: B * k].sum(1), self._sentence_ends(),
+                                len(self.vocab) + batch.n_copy_oovs),
+            "reward_time_share": out.reward_seconds / max(time.perf_counter() - start, 1e-9),
+            **term_statistics({name: value[: B * k] for name, value in out.terms.items()}, self.reward.diagnostics()),
         }, B)
         return loss
 
@@ -305,7 +248,7 @@ class SummarizationModule(pl.LightningModule):
     def _reward(self, inputs: RewardInput) -> tuple[Tensor, dict[str, Tensor]]:
         """The training reward of each decoded row (with the repeat penalty where the config wraps it in one:
         `rewards.repeats`), and, for a sum of rewards, each term's values (for the log)."""
-        return self.reward(inputs), getattr(self.reward, "term_values", {})
+        return self.reward(inputs), self.reward.term_values()
 
     def _sentence_ends(self) -> Tensor:
         """Ids of the vocabulary's sentence-final tokens (the copy monitor's sentence boundaries)."""
@@ -353,15 +296,15 @@ class SummarizationModule(pl.LightningModule):
         """What the test scores besides ROUGE: `metrics`, and a mixed run's own test metric (`test_metric`, else the
         reward's name: the reward itself without the repeat penalty), so that its diagonal cell is always scored.
         Where `metrics` lists that key already, its entry is the one scored, at validation too: what table4 shows."""
-        key = test_metric_of(self.reward) if self.reward is not None else None
+        key = self.reward.judged_by if self.reward is not None else None
         if key is None or key in ROUGE_KEYS or key in self.metrics:
             return self.metrics
-        return self.metrics | {key: getattr(self.reward, "wrapped", self.reward)}
+        return self.metrics | {key: self.reward.unshaped}
 
     def test_metric(self, batch: Batch, enc: Any) -> tuple[Tensor, Tensor]:
         """The mean of the reward's test metric, scored as the test scores it, over the test decoder's summaries of a
         labelled batch, and their mean length in tokens."""
-        key = test_metric_of(self.reward)
+        key = self.reward.judged_by
         rows = self.summaries(beam_search(self.model, enc, **self.beam), batch)
         means, _ = evaluate([r["summary"] for r in rows], [r["reference"] for r in rows],
                             {} if key in ROUGE_KEYS else {key: self.metrics_at_test[key]}, device=self.device,

@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.utilities import rank_zero_only
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
+from rewards.base import NotAReward
 from rewards.repeats import penalty_note
 from trainer.checkpoints import (AtomicCheckpointIO, check_resume, check_vocabulary, checkpoint_info, data_reading,
                                  keep_start_as_best, load_model_weights)
@@ -232,15 +233,21 @@ class RunFolders(Callback):
             raise SystemExit(f"SettingsError: {error}") from None
 
 
+def instantiate_or_refuse(config: DictConfig, **kwargs: Any) -> Any:
+    """`instantiate`, where a refused setting or file (a selector checkpoint, an object that is not a reward) says
+    its own one-line message rather than Hydra's wrapper around it."""
+    try:
+        return instantiate(config, **kwargs)
+    except InstantiationException as error:
+        if isinstance(error.__cause__, (ValueError, NotAReward)):
+            raise error.__cause__ from None
+        raise
+
+
 def build(cfg: DictConfig) -> tuple[SummarizationData, pl.LightningModule]:
     data: SummarizationData = instantiate(cfg.data)
     data.setup()
-    try:
-        model = instantiate(OmegaConf.merge(cfg.model, {"config": {"vocab_size": len(data.vocab)}}))
-    except InstantiationException as error:  # a refused setting or file (a selector checkpoint): its own message
-        if isinstance(error.__cause__, ValueError):
-            raise error.__cause__ from None
-        raise
+    model = instantiate_or_refuse(OmegaConf.merge(cfg.model, {"config": {"vocab_size": len(data.vocab)}}))
     for part in getattr(model, "frozen_parts", []):  # trained parts handed in (a bottom-up model's selector)
         check_vocabulary(checkpoint_info(part.checkpoint_path), part.checkpoint_path, data.vocab)
     if cfg.ckpt_path:
@@ -250,9 +257,9 @@ def build(cfg: DictConfig) -> tuple[SummarizationData, pl.LightningModule]:
     elif cfg.stage == "mixed" and cfg.train and cfg.init_from != "none":
         raise SettingsError("a reward other than mle trains the mixed stage, which starts from an MLE model: set "
                             "mle_checkpoint=<mle run>/checkpoints/best.ckpt (or init_from=none for random weights)")
-    module = instantiate(cfg.module, model=model, vocab=data.vocab, output_dir=cfg.output_dir,
-                         unlabelled_fraction=data.unlabelled_fraction,
-                         reading=data_reading(data.pretokenized, data.max_source_len, data.max_target_len))
+    module = instantiate_or_refuse(cfg.module, model=model, vocab=data.vocab, output_dir=cfg.output_dir,
+                                   unlabelled_fraction=data.unlabelled_fraction,
+                                   reading=data_reading(data.pretokenized, data.max_source_len, data.max_target_len))
     if cfg.train:
         check_unlabelled(data, module)
     return data, module

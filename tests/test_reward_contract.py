@@ -1,0 +1,69 @@
+"""The reward contract (rewards/base.py `Reward`): its defaults, how the repeat penalty and a weighted sum compose
+through it, and the one-line refusal of an object that does not keep it."""
+import pytest
+import torch
+
+from rewards.base import Display, NotAReward, Reward, RewardInput, WeightedSum
+from rewards.repeats import RepeatPenalty, penalize_repeats
+from rewards.rouge import RougeL
+from scripts.cli import compose_rewards
+from test_rl import tiny_module
+
+
+class Tokens(Reward):
+    """Only what a reward must set: a name, whether it needs a reference, and `__call__`."""
+
+    name, needs_reference = "tokens", False
+
+    def __call__(self, inputs: RewardInput) -> torch.Tensor:
+        return inputs.hyp_lens.float() / 10
+
+
+def test_a_reward_that_sets_only_what_it_must_gets_the_documented_defaults():
+    reward = Tokens()
+    assert reward.display == Display("tokens", 1.0, reads_article=False)
+    assert reward.judged_by == "tokens" and reward.unshaped is reward
+    assert reward.diagnostics() == {} and reward.term_values() == {}
+    assert reward.sees_repeats is False
+    reward.display = Display("Tokens", 100)  # an instance may set its own
+    assert reward.display.column == "Tokens" and Tokens().display.column == "tokens"
+
+
+def test_the_repeat_penalty_is_its_reward_to_the_tables_and_the_test():
+    """Wrapped, a reward keeps its name, display and test metric, and the test scores it unshaped; a reward blind to
+    repeats is wrapped by default, one that sees them (ROUGE-L) and a sum of such are not."""
+    penalized = penalize_repeats(Tokens(), "blind")
+    assert isinstance(penalized, RepeatPenalty)
+    assert (penalized.name, penalized.display, penalized.judged_by) == ("tokens", Display("tokens"), "tokens")
+    assert isinstance(penalized.unshaped, Tokens)
+    rouge = penalize_repeats(RougeL(), "blind")
+    assert isinstance(rouge, RougeL) and rouge.judged_by == "rougeL"
+    assert isinstance(penalize_repeats(RougeL(), True).unshaped, RougeL)
+    both = WeightedSum({"a": RougeL(), "b": RougeL()}, {"a": 1, "b": 1})
+    assert both.sees_repeats and penalize_repeats(both, "blind") is both
+    mixed = WeightedSum({"a": RougeL(), "b": Tokens()}, {"a": 1, "b": 1})
+    assert not mixed.sees_repeats and isinstance(penalize_repeats(mixed, "blind"), RepeatPenalty)
+
+
+class Plain:
+    """Scores like a reward, but does not subclass `Reward`."""
+
+    name, needs_reference = "plain", False
+
+    def __call__(self, inputs):
+        return inputs.hyp_lens.float()
+
+
+def test_an_object_that_is_not_a_reward_is_refused_where_it_is_configured(tmp_path, monkeypatch):
+    (tmp_path / "mine.py").write_text("class Plain:\n    name, needs_reference = 'plain', False\n")
+    (tmp_path / "conf" / "reward").mkdir(parents=True)
+    (tmp_path / "conf" / "reward" / "plain.yaml").write_text("_target_: mine.Plain\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(NotAReward, match=r"^conf/reward/plain.yaml: mine.Plain is not a reward: subclass "
+                                         r"rewards.base.Reward"):
+        compose_rewards(["plain"], config_dirs=[tmp_path / "conf"])
+    with pytest.raises(NotAReward, match=r"^reward: .*Plain is not a reward"):
+        penalize_repeats(Plain(), "blind")
+    module, _ = tiny_module()
+    with pytest.raises(NotAReward, match=r"^metrics.plain: .*Plain is not a reward"):
+        type(module)(module.model, module.vocab, optimizer=None, metrics={"plain": Plain()})

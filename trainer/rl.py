@@ -1,0 +1,68 @@
+"""The self-critical objective as small pure functions (Rennie et al. 2017; the mixed loss of Paulus et al. 2018):
+what `trainer.module.SummarizationModule` computes from a batch's rollouts, and what its step logs about them.
+
+Shapes: B articles, k samples per article (N = B·k sample rows, article i's at rows i·k … i·k + k − 1), T steps.
+The rollouts themselves (sampling and the greedy rows) are `models.decoding.sample_and_greedy`; the baselines are
+`trainer.baselines`.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+from torch import Tensor
+
+from trainer.diagnostics import distinct_ngram_ratio, lead_copy_rate, novel_ngram_rate, repeated_ngram_rate
+
+
+def self_critical_loss(sample_log_probs: Tensor, sample_lengths: Tensor, sample_reward: Tensor,
+                       baseline_reward: Tensor, length_normalize: bool = False) -> Tensor:
+    """−(r(ŷ) − b)·Σ_t log p(ŷ_t) per sample, summed over the sample up to and including its first </s>
+    (`sample_lengths` [N]), with one baseline b per sample (the greedy decode's reward: self-critical).
+    sample_log_probs [N, T], rewards [N]. Returns [N]."""
+    steps = torch.arange(sample_log_probs.size(1), device=sample_log_probs.device)[None]
+    mask = steps < sample_lengths[:, None]
+    sequence = (sample_log_probs * mask).sum(1)
+    if length_normalize:
+        sequence = sequence / sample_lengths.clamp(min=1)
+    return -(sample_reward - baseline_reward).detach() * sequence
+
+
+def mixed_loss(gamma: float, rl_per_article: Tensor, mle: Tensor, any_reference: bool) -> Tensor:
+    """γ·L_RL + (1 − γ)·L_MLE, L_RL the mean over articles [B]; a batch without any reference has no MLE term, and
+    trains on L_RL alone."""
+    return gamma * rl_per_article.mean() + (1 - gamma) * mle if any_reference else rl_per_article.mean()
+
+
+def nan_std(values: Tensor) -> Tensor | float:
+    """The standard deviation of the values that are not NaN (0 for fewer than two)."""
+    values = values[~values.isnan()]
+    return values.std() if values.numel() > 1 else 0.0
+
+
+def advantage_statistics(advantage: Tensor) -> dict[str, Tensor | float]:
+    """The samples' advantages over their baselines [B, k]: mean, spread, and the share exactly at their baseline
+    (no gradient from those: the batch teaches nothing there)."""
+    return {"advantage_mean": advantage.mean(), "advantage_std": advantage.std() if advantage.numel() > 1 else 0.0,
+            "zero_advantage": (advantage == 0).float().mean()}
+
+
+def sample_statistics(ids: Tensor, lengths: Tensor, src_ext: Tensor, src_lengths: Tensor, sentence_ends: Tensor,
+                      base: int) -> dict[str, Tensor]:
+    """What the samples [N, T] look like: their length, repeated, novel and distinct trigrams, and the share of their
+    trigrams copied from the article's lead-3 (src_ext [N, S] and src_lengths [N]: each sample's own article; ids
+    below `base`, the extended vocabulary's size)."""
+    return {"sample_length": lengths.float().mean(),
+            "repeated_trigrams": repeated_ngram_rate(ids, lengths, base),
+            "novel_trigrams": novel_ngram_rate(ids, lengths, src_ext, src_lengths, base),
+            "distinct_trigrams": distinct_ngram_ratio(ids, lengths, base),
+            "lead3_copy": lead_copy_rate(ids, lengths, src_ext, src_lengths, sentence_ends, base)}
+
+
+def term_statistics(terms: Mapping[str, Tensor], diagnostics: Mapping[str, float]) -> dict[str, Tensor | float]:
+    """Each part of a reward on the samples (`terms`, [N] each: mean and spread, NaN rows left out) and what the
+    reward says about its last call, under `reward/`."""
+    parts: dict[str, Tensor | float] = {}
+    for name, value in terms.items():
+        parts |= {f"reward/{name}": value.nanmean(), f"reward/{name}_std": nan_std(value)}
+    return parts | {f"reward/{key}": value for key, value in diagnostics.items()}
