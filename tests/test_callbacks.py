@@ -1,5 +1,10 @@
-"""The validation curve's one-line summary, its checkpointed state and its files."""
-from trainer.callbacks import ValidationCurve
+"""The validation curve's one-line summary, its checkpointed state and its files; a stage that ends on its decodes."""
+import csv
+
+import pytest
+import torch
+
+from trainer.callbacks import StopWhenDecodesEnd, ValidationCurve
 
 POINTS = [{"step": 0, "seconds": 0.0, "val/reward": 0.50, "val/loss": 2.0},
           {"step": 10, "seconds": 4.0, "val/reward": 0.62, "val/loss": 1.5},
@@ -37,3 +42,46 @@ def test_points_survive_a_checkpoint_and_are_written(tmp_path):
     resumed.write_csv(tmp_path / "val_curve.csv")
     lines = (tmp_path / "val_curve.csv").read_text().splitlines()
     assert lines[0] == "step,seconds,val/loss,val/reward" and lines[2] == "10,4.0,1.5,0.62"
+
+
+class Trainer:
+    """What `StopWhenDecodesEnd` reads of a trainer."""
+
+    def __init__(self, step: int, repeats: float | None):
+        self.global_step, self.sanity_checking, self.should_stop = step, False, False
+        self.callback_metrics = {} if repeats is None else {"val/repeated_trigrams": torch.tensor(repeats)}
+
+
+@pytest.mark.parametrize("step, repeats, stops", [(50, 0.1, False), (75, 0.59, True), (75, 0.6, False),
+                                                  (100, 0.2, True), (100, None, False)])
+def test_a_stage_ends_once_its_greedy_decodes_stop_repeating_and_not_before_its_min_steps(step, repeats, stops):
+    trainer = Trainer(step, repeats)
+    StopWhenDecodesEnd(min_steps=75, repeats_below=0.6).on_validation_end(trainer, None)
+    assert trainer.should_stop is stops
+    inert = Trainer(step, repeats)
+    StopWhenDecodesEnd(min_steps=None, repeats_below=None).on_validation_end(inert, None)
+    assert inert.should_stop is False
+    with pytest.raises(ValueError, match="repeats_below must be in"):
+        StopWhenDecodesEnd(75, 0.0)
+
+
+def test_an_mle_stage_trains_on_while_its_decodes_repeat(tmp_path):
+    """In a run: above the share the stage runs to its steps; at 1 (any decodes end it) it ends at min_steps, and
+    the steps before are the same."""
+    from test_train import compose_run
+    from trainer.train import run
+    settings = ["reward=mle", "stages.mle.steps=30", "+trainer.check_val_every_n_epoch=null", "stages.mle.min_steps=20",
+                "test=false", "threads=1"]
+    run(compose_run(tmp_path, "on", [*settings, "stages.mle.repeats_below=0.000001"]))
+    run(compose_run(tmp_path, "ends", [*settings, "stages.mle.repeats_below=1.0"]))
+    on, ends = (list(csv.DictReader((tmp_path / name / "val_curve.csv").open())) for name in ("on", "ends"))
+    assert [row["step"] for row in on] == ["10", "20", "30"] and [row["step"] for row in ends] == ["10", "20"]
+    assert on[:2] == [{**row, "seconds": on[i]["seconds"]} for i, row in enumerate(ends)]
+
+
+def test_a_stage_that_could_never_end_on_its_decodes_is_refused(tmp_path):
+    from test_train import compose_run
+    from trainer.train import SettingsError, run
+    with pytest.raises(SettingsError, match=r"^stages.mle.min_steps=40 is more than stages.mle.steps=30"):
+        run(compose_run(tmp_path, "never", ["reward=mle", "stages.mle.steps=30", "stages.mle.min_steps=40",
+                                            "stages.mle.repeats_below=0.5"]))

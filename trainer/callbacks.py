@@ -123,3 +123,26 @@ def plot_curves(curves: dict[str, list[dict[str, float]]], path: Path, panels: S
     if title:
         fig.suptitle(title, fontsize=10)
     fig.savefig(path, dpi=100)
+
+
+class StopWhenDecodesEnd(pl.Callback):
+    """Ends a stage at its first validation from `min_steps` on where the greedy decodes' share of repeated trigrams
+    (`val/repeated_trigrams`) is below `repeats_below`; until then the stage trains on, up to its `steps`. An MLE
+    start whose decodes still loop on a phrase has not learned to stop, and RL then spends its steps unlearning the
+    loop that the test's trigram blocking already hides (docs/RESULTS.md, "The demo over seeds"). A start that ends
+    its decodes by `min_steps` stops there, as a fixed stage of `min_steps` would. `repeats_below` None: inert."""
+
+    def __init__(self, min_steps: int | None = None, repeats_below: float | None = None):
+        if repeats_below is not None and not 0 < repeats_below <= 1:
+            raise ValueError(f"stages.<stage>.repeats_below must be in (0, 1], got {repeats_below}")
+        self.min_steps, self.repeats_below = min_steps or 0, repeats_below
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        repeats = trainer.callback_metrics.get("val/repeated_trigrams")
+        if (self.repeats_below is None or trainer.sanity_checking or repeats is None
+                or trainer.global_step < self.min_steps):
+            return
+        if float(repeats) < self.repeats_below:
+            trainer.should_stop = True
+            log.info("step %d: greedy decodes repeat %.3g of their trigrams, below %g: the stage ends",
+                     trainer.global_step, float(repeats), self.repeats_below)
