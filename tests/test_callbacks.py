@@ -78,10 +78,3 @@ def test_an_mle_stage_trains_on_while_its_decodes_repeat(tmp_path):
     assert [row["step"] for row in on] == ["10", "20", "30"] and [row["step"] for row in ends] == ["10", "20"]
     assert on[:2] == [{**row, "seconds": on[i]["seconds"]} for i, row in enumerate(ends)]
 
-
-def test_a_stage_that_could_never_end_on_its_decodes_is_refused(tmp_path):
-    from test_train import compose_run
-    from trainer.train import SettingsError, run
-    with pytest.raises(SettingsError, match=r"^stages.mle.min_steps=40 is more than stages.mle.steps=30"):
-        run(compose_run(tmp_path, "never", ["reward=mle", "stages.mle.steps=30", "stages.mle.min_steps=40",
-                                            "stages.mle.repeats_below=0.5"]))

@@ -91,10 +91,6 @@ def check_settings(cfg: DictConfig) -> None:
         if cfg.train and cfg.trainer.get(key) == 0:
             raise SettingsError(f"trainer.{key}=0 trains nothing: give it a positive value (or -1), or test a "
                                 "checkpoint with train=false init_from=<checkpoint>")
-    stage = cfg.stages[cfg.stage]
-    if stage.get("repeats_below") is not None and stage.get("min_steps") and 0 < stage.steps < stage.min_steps:
-        raise SettingsError(f"stages.{cfg.stage}.min_steps={stage.min_steps} is more than stages.{cfg.stage}.steps="
-                            f"{stage.steps}: the stage would end at its steps before it could end on its decodes")
     # A grid's MLE point names its own best checkpoint as the sweep's mle_checkpoint: that one is its output.
     mle = cfg.mle_checkpoint
     if (mle and not cfg.ckpt_path and cfg.init_from != mle and run_dir_of(mle) != Path(cfg.output_dir).resolve()
