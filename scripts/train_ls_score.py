@@ -6,13 +6,20 @@ sentences repeated (`--repeat-sentences`; 0 trains on the paper's three: docs/GU
 Articles come from the shared CNN/DM sample through `conf/data/cnndm_sample.yaml`: train split only, and every id of
 `cnndm_see2017_test_heldout_overlap.tsv` (the human-judged documents, Chaganty et al.'s among them) is dropped again
 here, so no judged document is ever trained on. The validation split's pairwise accuracy (reference above negative,
-fixed negatives) chooses the checkpoint. Writes ls_score.pt (the best), curve.png, training.json and a model card.
+fixed negatives) chooses the checkpoint, or, with `--select-by dev`, the mean Spearman correlation with human
+judgments on `--dev` sets (`PATH:FIELD`: JSONL rows with `source`, `candidate` and that judgment; a seeded sample of
+`--dev-rows` judged rows of each, reference rows left out), a signal from outside the training articles. `--l2sp`
+pulls the trained encoder weights toward the pretrained ones (L2-SP, Li et al. 2018) in place of weight decay.
+Writes ls_score.pt (the best), curve.png, training.json and a model card.
 
 The paper's recipe (bert-base, 512 tokens, 5 epochs over ~10k articles) costs ~18 h on 2 CPU cores; the defaults
 here are a CPU recipe that fits ~20 minutes on one thread: MiniLM, 128 article and 64 summary tokens, the
 embeddings and lower 4 of 6 layers frozen, as many articles as the time allows.
 
     python scripts/train_ls_score.py --threads 1 --articles 2536 --minutes 40   # ~30 minutes
+    python scripts/train_ls_score.py --threads 1 --articles 2536 --minutes 25 --l2sp 0.1 --select-by dev \
+        --dev ../shared/data/human/realsumm_cnndm.jsonl:litepyramid_recall ../shared/data/human/qags_xsum.jsonl:fact \
+              ../shared/data/human/chaganty2018_cnndm.jsonl:overall
     python -m trainer.train reward=ls_score ...                     # loads it from ~/.cache/sumrl/ls_score
 """
 from __future__ import annotations
@@ -24,13 +31,16 @@ import os
 import random
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models.text.batch import Example  # noqa: E402
+from models.text.records import DataError, read_jsonl  # noqa: E402
 from models.text.vocab import split_at_sentence_ends  # noqa: E402
+from rewards.correlation import correlation  # noqa: E402
 from rewards.ls_score import LSConfig, LSScorer, Negatives, load_encoder, ranking_loss, tokenize_batch  # noqa: E402
 from scripts.cli import command, int_at_least, load_splits, positive_int, seeded  # noqa: E402
 from trainer.sources import read_id_list  # noqa: E402
@@ -67,14 +77,72 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--minutes", type=float, default=20.0, help="stop training after this long")
     parser.add_argument("--eval-every", type=positive_int, default=100, help="steps between validations")
     parser.add_argument("--val-articles", type=positive_int, default=200)
+    parser.add_argument("--l2sp", type=float, default=0.0,
+                        help="weight of Σ‖θ − θ_pretrained‖² over the trained encoder weights (0: AdamW's decay)")
+    parser.add_argument("--dev", nargs="*", default=[], metavar="PATH:FIELD",
+                        help="human-judgment sets scored at each validation (Spearman of LS with FIELD)")
+    parser.add_argument("--dev-rows", type=positive_int, default=400, help="judged rows scored per --dev set")
+    parser.add_argument("--select-by", choices=("accuracy", "dev"), default="accuracy",
+                        help="the checkpoint kept: best validation pairwise accuracy, or best mean --dev Spearman")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=positive_int, default=None)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.select_by == "dev" and not args.dev:
+        parser.error("--select-by dev needs --dev PATH:FIELD sets to score")
+    return args
 
 
 def usable(examples: list[Example], held_out: set[str]) -> list[Example]:
     """Articles with a reference, none of them held out (the data config drops them too: belt and braces)."""
     return [ex for ex in examples if ex.id not in held_out and ex.reference and ex.source]
+
+
+@dataclass
+class DevSet:
+    """Judged summaries of a human-judgment set: each one's article, text and judgment."""
+
+    name: str
+    articles: list[str]
+    summaries: list[str]
+    human: list[float]
+
+
+def read_dev(spec: str, rows: int, seed: int) -> DevSet:
+    """`PATH:FIELD`: a seeded sample of `rows` rows with a judgment in FIELD (null ones and `system` "reference"
+    rows left out), their `source` and `candidate`."""
+    path, _, field = spec.rpartition(":")
+    if not path or not field:
+        raise DataError(f"--dev {spec}: give PATH:FIELD, the file and its human-judgment field")
+    judged = [row for row in read_jsonl(path)
+              if row.data.get("system") != "reference" and row.number(field) is not None]
+    if len(judged) < 4:
+        raise DataError(f"--dev {spec}: {len(judged)} judged rows; a correlation needs at least 4")
+    chosen = sorted(random.Random(seed).sample(range(len(judged)), min(rows, len(judged))))
+    return DevSet(f"{Path(path).stem}:{field}", [judged[i].text("source") for i in chosen],
+                  [judged[i].text("candidate") for i in chosen], [judged[i].number(field) for i in chosen])
+
+
+@torch.no_grad()
+def dev_correlations(scorer: LSScorer, tokenizer, devs: list[DevSet], batch_size: int = 32) -> dict[str, float]:
+    """Spearman's rho of LS with each set's judgments (`dev/<name>`), and their mean (`dev`)."""
+    scorer.eval()
+    rhos = {}
+    for dev in devs:
+        scores = []
+        for i in range(0, len(dev.summaries), batch_size):
+            ids, mask, _ = tokenize_batch(tokenizer, dev.articles[i:i + batch_size], scorer.config.max_article_tokens)
+            article = scorer.encode(ids, mask)[1]
+            ids, mask, counted = tokenize_batch(tokenizer, dev.summaries[i:i + batch_size],
+                                                scorer.config.max_summary_tokens)
+            scores += scorer(ids, mask, counted, article)["LS"].tolist()
+        rhos[f"dev/{dev.name}"] = correlation(scores, dev.human)
+    scorer.train()
+    return rhos | ({"dev": sum(rhos.values()) / len(rhos)} if rhos else {})
+
+
+def l2sp_penalty(anchors: dict[torch.nn.Parameter, torch.Tensor]) -> torch.Tensor:
+    """Σ‖θ − θ₀‖² over the trained pretrained weights θ (θ₀: their values before training)."""
+    return sum(((p - p0) ** 2).sum() for p, p0 in anchors.items())
 
 
 def frozen_below(scorer: LSScorer, train_layers: int) -> list[torch.nn.Parameter]:
@@ -157,15 +225,23 @@ def main(argv: list[str] | None = None) -> None:
     tokenizer, encoder = load_encoder(config.encoder)
     scorer = LSScorer(encoder, config)
     trainable = frozen_below(scorer, args.train_layers)
+    devs = [read_dev(spec, args.dev_rows, args.seed) for spec in args.dev]
     negatives = Negatives(args.delete_rate, args.insert_sentences, args.repeat_sentences)
     steps = args.epochs * math.ceil(len(train) / args.batch_size)
-    optimizer = torch.optim.AdamW(trainable, lr=args.lr, weight_decay=0.01)
+    pretrained = {p for p in scorer.encoder.parameters() if p.requires_grad}
+    # L2-SP anchors the pretrained weights at their start in place of AdamW's pull toward 0; the new L head decays
+    anchors = {p: p.detach().clone() for p in pretrained} if args.l2sp > 0 else {}
+    optimizer = torch.optim.AdamW([{"params": [p for p in trainable if p in anchors], "weight_decay": 0.0},
+                                   {"params": [p for p in trainable if p not in anchors], "weight_decay": 0.01}],
+                                  lr=args.lr)
     output = Path(args.output).expanduser()
     output.mkdir(parents=True, exist_ok=True)
     evaluate = lambda step: {"step": step} | validate(scorer, tokenizer, val, negatives, args.loss,  # noqa: E731
-                                                       args.margin, 32, args.seed + 1)
+                                                       args.margin, 32, args.seed + 1) | dev_correlations(
+        scorer, tokenizer, devs)
     history = [evaluate(0)]
     best = history[0]
+    key = args.select_by  # the checkpoint's signal: "accuracy", or "dev", the mean Spearman over the --dev sets
     print(f"step 0: validation {json.dumps({k: round(v, 4) for k, v in best.items()})}", flush=True)
     scorer.save(output, {"step": 0})
     start, step, running, train_curve = time.time(), 0, [], []
@@ -177,6 +253,8 @@ def main(argv: list[str] | None = None) -> None:
                 break
             positive, negative = step_scores(scorer, tokenizer, train[i:i + args.batch_size], negatives, rng)
             loss = ranking_loss(positive, negative, args.loss, args.margin)
+            if anchors:
+                loss = loss + args.l2sp * l2sp_penalty(anchors)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(trainable, 1.0)
             optimizer.step()
@@ -187,16 +265,16 @@ def main(argv: list[str] | None = None) -> None:
                 train_curve.append((step, sum(running) / len(running)))
                 running = []
                 history.append(evaluate(step))
-                if history[-1]["accuracy"] > best["accuracy"]:
+                if history[-1][key] > best[key]:
                     best = history[-1]
                     scorer.save(output, {"step": step})
-                print(f"step {step}/{steps}  train loss {train_curve[-1][1]:.4f}  validation accuracy "
-                      f"{history[-1]['accuracy']:.4f} (best {best['accuracy']:.4f} at {best['step']})  "
+                print(f"step {step}/{steps}  train loss {train_curve[-1][1]:.4f}  validation {key} "
+                      f"{history[-1][key]:.4f} (best {best[key]:.4f} at {best['step']})  "
                       f"{time.time() - start:.0f} s", flush=True)
     if step % args.eval_every:  # the last partial interval
         train_curve.append((step, sum(running) / max(len(running), 1)))
         history.append(evaluate(step))
-        if history[-1]["accuracy"] > best["accuracy"]:
+        if history[-1][key] > best[key]:
             best = history[-1]
             scorer.save(output, {"step": step})
     train_seconds = time.time() - start
@@ -219,16 +297,17 @@ of words deleted; words shuffled within sentences; {args.insert_sentences} artic
   {card['articles_seen']:,} of {len(train):,} articles seen; validation: {len(val)} articles of the val split.
 - Recipe: encoder {args.encoder or 'all-MiniLM-L6-v2'}, top {args.train_layers} layers trained, article
   {args.max_article_tokens} / summary {args.max_summary_tokens} tokens, {args.batch_size} articles per step,
-  AdamW lr {args.lr}; {step} steps.
+  AdamW lr {args.lr}{f", L2-SP {args.l2sp} toward the pretrained weights" if anchors else ""}; {step} steps.
 - Wall time: {train_seconds / 60:.1f} minutes of training, {wall / 60:.1f} in all, on {torch.get_num_threads()}
   thread(s).
-- Checkpoint (ls_score.pt): step {best['step']}, validation pairwise accuracy {best['accuracy']:.4f}
-  ({', '.join(f"{kind} {best[kind]:.4f}" for kind in negatives.kinds)});
-  untrained: {history[0]['accuracy']:.4f}.
-- Settings: {json.dumps(settings)}
+- Checkpoint (ls_score.pt), chosen by {"validation pairwise accuracy" if key == "accuracy" else "mean dev Spearman"}:
+  step {best['step']}, validation pairwise accuracy {best['accuracy']:.4f}
+  ({', '.join(f"{kind} {best[kind]:.4f}" for kind in negatives.kinds)}); untrained: {history[0]['accuracy']:.4f}.
+{"".join(f"- {name}: Spearman {best[name]:.4f} (untrained {history[0][name]:.4f})" + chr(10)
+         for name in best if name.startswith("dev"))}- Settings: {json.dumps(settings)}
 """)
-    print(f"saved {output}: best validation accuracy {best['accuracy']:.4f} at step {best['step']} "
-          f"(untrained {history[0]['accuracy']:.4f}); {step} steps in {train_seconds / 60:.1f} min", flush=True)
+    print(f"saved {output}: best validation {key} {best[key]:.4f} at step {best['step']} "
+          f"(untrained {history[0][key]:.4f}); {step} steps in {train_seconds / 60:.1f} min", flush=True)
 
 
 cli = command(main)  # bad input is one line, not a traceback

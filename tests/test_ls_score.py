@@ -147,3 +147,64 @@ def test_training_script_end_to_end_with_the_fourth_negative(tiny_qa_model, tmp_
     assert "1 of its own sentence(s) repeated" in (output / "README.md").read_text()
     assert (output / "curve.png").exists()
     LSScore(str(output))  # the checkpoint loads as a reward
+
+
+# ---------------------------------------------------------------- training levers: dev sets, L2-SP
+def judgments(path, rows):
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+DEV = [{"system": s, "source": f"police said {w} visited berlin on monday .", "candidate": f"{w} visited berlin .",
+        "overall": score} for s, w, score in (("a", "merkel", 0.9), ("b", "the president", 0.5), ("c", "france", None),
+                                              ("reference", "nobody", 1.0), ("d", "a cat", 0.1), ("e", "police", 0.3))]
+
+
+def test_a_dev_set_keeps_judged_system_rows_and_its_correlation_is_spearmans(scorer_and_tokenizer, tmp_path,
+                                                                             tiny_qa_model):
+    from scipy.stats import spearmanr
+    module = importlib.import_module("scripts.train_ls_score")
+    scorer, tokenizer = scorer_and_tokenizer
+    dev = module.read_dev(f"{judgments(tmp_path / 'dev.jsonl', DEV)}:overall", rows=10, seed=0)
+    assert dev.name == "dev:overall" and dev.human == [0.9, 0.5, 0.1, 0.3]  # no null judgment, no reference row
+    rhos = module.dev_correlations(scorer, tokenizer, [dev], batch_size=3)
+    reward = LSScore(None, encoder=tiny_qa_model, alpha=0.5, beta=2.0)
+    reward.scorer.load_state_dict(scorer.state_dict())
+    vocab = Vocabulary([w for s in dev.summaries for w in s.split()])
+    values = reward(RewardInput.from_texts([s.split() for s in dev.summaries], [None] * 4, vocab,
+                                           source_texts=dev.articles))
+    assert rhos["dev/dev:overall"] == pytest.approx(spearmanr(values.tolist(), dev.human)[0], abs=1e-9)
+    assert rhos["dev"] == rhos["dev/dev:overall"]
+    with pytest.raises(module.DataError, match="PATH:FIELD"):
+        module.read_dev(str(tmp_path / "dev.jsonl"), 10, 0)
+    with pytest.raises(module.DataError, match="2 judged rows"):
+        module.read_dev(f"{judgments(tmp_path / 'few.jsonl', DEV[:3])}:overall", 10, 0)
+
+
+def test_l2sp_is_the_squared_distance_from_the_pretrained_weights():
+    module = importlib.import_module("scripts.train_ls_score")
+    weight = torch.nn.Parameter(torch.ones(3))
+    anchors = {weight: weight.detach().clone()}
+    assert float(module.l2sp_penalty(anchors)) == 0.0
+    with torch.no_grad():
+        weight.add_(torch.tensor([0.5, 0.0, -1.0]))
+    assert float(module.l2sp_penalty(anchors)) == pytest.approx(0.25 + 1.0)
+
+
+def test_training_can_keep_the_checkpoint_that_agrees_best_with_human_dev_judgments(tiny_qa_model, tmp_path):
+    module = importlib.import_module("scripts.train_ls_score")
+    held_out = tmp_path / "held_out.tsv"
+    held_out.write_text("id\n")
+    dev = judgments(tmp_path / "dev.jsonl", DEV)
+    output = tmp_path / "ls"
+    module.main(["--data", "data=demo", "data.train.n=120", f"cache_dir={tmp_path}", "--encoder", tiny_qa_model,
+                 "--held-out", str(held_out), "--output", str(output), "--articles", "16", "--batch-size", "4",
+                 "--eval-every", "2", "--val-articles", "4", "--train-layers", "1", "--l2sp", "0.1",
+                 "--select-by", "dev", "--dev", f"{dev}:overall"])
+    card = json.loads((output / "training.json").read_text())
+    assert all("dev/dev:overall" in point for point in card["history"])
+    assert card["best"]["dev"] == max(point["dev"] for point in card["history"])
+    readme = (output / "README.md").read_text()
+    assert "chosen by mean dev Spearman" in readme and "L2-SP 0.1 toward the pretrained weights" in readme
+    with pytest.raises(SystemExit):
+        module.main(["--select-by", "dev"])
