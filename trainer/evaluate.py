@@ -3,7 +3,9 @@ a metric (the mover's similarities with exact EMD). Independent of the reward a 
 from __future__ import annotations
 
 import functools
+import json
 import logging
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import torch
@@ -83,6 +85,31 @@ def evaluate(hypotheses: list[list[list[str]]], references: list[list[list[str]]
         if values:
             means[key] = sum(values) / len(values)
     return means, per_example
+
+
+def write_test_files(rows: list[dict], metrics: Mapping[str, Reward], device: torch.device | str,
+                     output_dir: Path) -> dict[str, Any]:
+    """A test's files, from its rows (per article: `id`, the beam `summary`, the `greedy` decode, the `reference`,
+    None without one, the `article` and its `lead3`, summaries as sentences of tokens). `summaries.jsonl`: per
+    labelled article, the beam summary with its scores, tokens and repeated-trigram share, the same of the greedy
+    decode under `greedy`, and the lead-3; `results.json`: their means (the greedy ones under `greedy`), returned."""
+    rows = [r for r in rows if r["reference"] is not None]
+    scored = {decoder: evaluate([r[decoder] for r in rows], [r["reference"] for r in rows], metrics, device=device,
+                                sources=[r["article"] for r in rows])
+              for decoder in ("summary", "greedy")}
+    shapes = {decoder: [summary_shape(r[decoder]) for r in rows] for decoder in scored}
+    output_dir.mkdir(parents=True, exist_ok=True)
+    with (output_dir / "summaries.jsonl").open("w", encoding="utf-8") as f:
+        for i, row in enumerate(rows):
+            summary, reference, plain, lead = as_text([row["summary"], row["reference"], row["greedy"], row["lead3"]])
+            f.write(json.dumps({"id": row["id"], "summary": summary, "reference": reference,
+                                "scores": scored["summary"][1][i], **shapes["summary"][i],
+                                "greedy": {"summary": plain, "scores": scored["greedy"][1][i], **shapes["greedy"][i]},
+                                "lead3": lead}) + "\n")
+    means = {decoder: scored[decoder][0] | mean_shape(shapes[decoder]) for decoder in scored}
+    results = {"n": len(rows), **means["summary"], "greedy": means["greedy"]}
+    (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    return results
 
 
 def columns(metrics: Mapping[str, Reward]) -> dict[str, str]:

@@ -1,7 +1,6 @@
 """The LightningModule: teacher-forced MLE, self-critical mixed training, validation and test decoding."""
 from __future__ import annotations
 
-import json
 import logging
 import time
 from contextlib import AbstractContextManager
@@ -24,7 +23,7 @@ from rewards.rouge import RougeL
 from trainer.baselines import Baseline, GreedyBaseline
 from trainer.checkpoints import checkpoint_description
 from trainer.diagnostics import lead_copy_rate, repeated_ngram_rate
-from trainer.evaluate import ROUGE_KEYS, SHAPE_KEYS, as_text, evaluate, mean_shape, summary_shape
+from trainer.evaluate import ROUGE_KEYS, SHAPE_KEYS, as_text, evaluate, mean_shape, summary_shape, write_test_files
 from trainer.rl import advantage_statistics, mixed_loss, sample_statistics, self_critical_loss, term_statistics
 from trainer.samples import ValidationSamples
 from trainer.schedules import Constant
@@ -373,27 +372,11 @@ class SummarizationModule(pl.LightningModule):
     def on_test_epoch_end(self) -> None:
         """Writes `summaries.jsonl` (per article: the beam summary with its scores, tokens and repeated-trigram share,
         the same of the greedy decode under `greedy`, and the lead-3) and `results.json` (their means)."""
-        rows = [r for r in self._test_rows if r["reference"] is not None]
-        scored = {decoder: evaluate([r[decoder] for r in rows], [r["reference"] for r in rows], self.metrics_at_test,
-                                    device=self.device, sources=[r["article"] for r in rows])
-                  for decoder in ("summary", "greedy")}
-        shapes = {decoder: [summary_shape(r[decoder]) for r in rows] for decoder in scored}
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        with (self.output_dir / "summaries.jsonl").open("w", encoding="utf-8") as f:
-            for i, row in enumerate(rows):
-                summary, reference, plain, lead = as_text([row["summary"], row["reference"], row["greedy"],
-                                                           row["lead3"]])
-                f.write(json.dumps({"id": row["id"], "summary": summary, "reference": reference,
-                                    "scores": scored["summary"][1][i], **shapes["summary"][i],
-                                    "greedy": {"summary": plain, "scores": scored["greedy"][1][i],
-                                               **shapes["greedy"][i]},
-                                    "lead3": lead}) + "\n")
-        means = {decoder: scored[decoder][0] | mean_shape(shapes[decoder]) for decoder in scored}
-        results = {"n": len(rows), **means["summary"], "greedy": means["greedy"]}
-        (self.output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-        for key, value in means["summary"].items():
-            self.log(f"test/{key}", value)
-        for key, value in means["greedy"].items():
+        results = write_test_files(self._test_rows, self.metrics_at_test, self.device, self.output_dir)
+        for key, value in results.items():
+            if key not in ("n", "greedy"):
+                self.log(f"test/{key}", value)
+        for key, value in results["greedy"].items():
             self.log(f"test/greedy/{key}", value)
 
     # ---------------------------------------------------------------- checkpoints
