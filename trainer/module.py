@@ -48,7 +48,7 @@ class Rollouts:
     baseline needs it, with their rewards (0 where the reward does not apply) and each sample's baseline."""
 
     decoded: Decoded
-    rows: list[int]              # the article behind each decoded row
+    articles: list[int]          # the article behind each decoded row
     batch: Batch                 # the batch's examples in decoded-row order
     rewards: Tensor              # [B·k (+ B)]
     terms: dict[str, Tensor]     # each term of a weighted-sum reward, per decoded row
@@ -177,8 +177,8 @@ class SummarizationModule(pl.LightningModule):
                                         temperature=self.temperature)
         self.model.train(training)
         decode_end = time.perf_counter()
-        rows = rollout_rows(B, k, with_greedy)
-        rollouts = batch.index_select(rows)
+        articles = rollout_rows(B, k, with_greedy)
+        rollouts = batch.index_select(articles)
         with torch.no_grad(), self.timer("reward"):  # one reward call scores samples and greedy rows together
             inputs = RewardInput.from_decoded(decoded.ids, decoded.lengths, rollouts, self.vocab,
                                               self.unlabelled_fraction)
@@ -189,7 +189,7 @@ class SummarizationModule(pl.LightningModule):
         rewards = zero_where_not_applicable(self.reward, rewards, inputs)
         r_sample = rewards[: B * k].view(B, k)
         baseline = self.baseline(r_sample, rewards[B * k:] if with_greedy else None)
-        return Rollouts(decoded, rows, rollouts, rewards, terms, missing, r_sample, baseline,
+        return Rollouts(decoded, articles, rollouts, rewards, terms, missing, r_sample, baseline,
                         time.perf_counter() - decode_end)
 
     def _mixed_step(self, batch: Batch, enc: Any) -> Tensor:
@@ -198,7 +198,7 @@ class SummarizationModule(pl.LightningModule):
         start = time.perf_counter()
         out = self._rollouts(batch, enc)
         sampled = out.decoded.rows(slice(0, B * k))
-        mle, sample_log_probs = self._teacher_forced(batch, enc, sampled, out.rows[: B * k])
+        mle, sample_log_probs = self._teacher_forced(batch, enc, sampled, out.articles[: B * k])
         rl = self_critical_loss(sample_log_probs, sampled.lengths, out.sample_rewards.flatten(),
                                 out.baseline.flatten(), self.length_normalize).view(B, k).mean(1)
         loss = mixed_loss(gamma, rl, mle["loss"], bool(batch.has_reference.any()))
@@ -215,7 +215,7 @@ class SummarizationModule(pl.LightningModule):
         }, B)
         return loss
 
-    def _teacher_forced(self, batch: Batch, enc: Any, sampled: Decoded, sample_rows: list[int]
+    def _teacher_forced(self, batch: Batch, enc: Any, sampled: Decoded, sample_articles: list[int]
                         ) -> tuple[dict[str, Tensor], Tensor]:
         """The MLE loss of the references and log q(ŷ) of the samples [B·k, T] with gradient, q the sampled
         (tempered) distribution. At τ = 1 one teacher-forced pass runs over the references and the samples together:
@@ -227,8 +227,8 @@ class SummarizationModule(pl.LightningModule):
                 mle = self.model.mle_loss(batch, enc=enc)
             with self.timer("rescore"):
                 # one sample per article: its rows are the articles' own (`rollout_rows`), so no copy of the encoding
-                sample_enc = enc if len(sample_rows) == B else enc.index_select(
-                    torch.tensor(sample_rows, device=device))
+                sample_enc = enc if len(sample_articles) == B else enc.index_select(
+                    torch.tensor(sample_articles, device=device))
                 log_q = self.model.teacher_forced(sample_enc, self._feed(sampled.ids), sampled.ids,
                                                   self.temperature).log_probs
             return mle, log_q
@@ -237,9 +237,9 @@ class SummarizationModule(pl.LightningModule):
 
             def padded(ids: Tensor) -> Tensor:
                 return F.pad(ids, (0, width - ids.size(1)), value=self.vocab.pad_id)
-            rows = torch.cat([torch.arange(B, device=device), torch.tensor(sample_rows, device=device)])
+            articles = torch.cat([torch.arange(B, device=device), torch.tensor(sample_articles, device=device)])
             forced = self.model.teacher_forced(
-                enc.index_select(rows), torch.cat([padded(batch.dec_in), padded(self._feed(sampled.ids))]),
+                enc.index_select(articles), torch.cat([padded(batch.dec_in), padded(self._feed(sampled.ids))]),
                 torch.cat([padded(batch.target), padded(sampled.ids)]))
             mle = self.model.mle_loss(batch, forced=forced)
         return mle, forced.log_probs[B:, : sampled.ids.size(1)]
@@ -304,11 +304,11 @@ class SummarizationModule(pl.LightningModule):
         """The mean of the reward's test metric, scored as the test scores it, over the test decoder's summaries of a
         labelled batch, and their mean length in tokens."""
         key = self.reward.judged_by
-        rows = self.summaries(beam_search(self.model, enc, **self.beam), batch)
-        means, _ = evaluate([r["summary"] for r in rows], [r["reference"] for r in rows],
+        written = self.summaries(beam_search(self.model, enc, **self.beam), batch)
+        means, _ = evaluate([r["summary"] for r in written], [r["reference"] for r in written],
                             {} if key in ROUGE_KEYS else {key: self.metrics_at_test[key]}, device=self.device,
-                            sources=[r["article"] for r in rows])
-        length = mean_shape([summary_shape(r["summary"]) for r in rows])["tokens"]
+                            sources=[r["article"] for r in written])
+        length = mean_shape([summary_shape(r["summary"]) for r in written])["tokens"]
         # evaluate's mean leaves out rows the metric does not apply to
         return torch.tensor(means.get(key, float("nan"))), torch.tensor(float(length))
 
@@ -323,17 +323,17 @@ class SummarizationModule(pl.LightningModule):
         inputs = RewardInput.from_decoded(decoded.ids, decoded.lengths, batch, self.vocab)
         repeats, trigrams = repeated_ngram_counts(decoded.ids, decoded.lengths, len(self.vocab) + batch.n_copy_oovs)
         rewards, terms = self._reward(inputs) if self.reward is not None else (None, {})
-        rows = []
+        samples = []
         for i, row in enumerate(written):
             summary, reference = as_text([row["summary"], row["reference"]])
-            rows.append({"id": row["id"], "reference": reference, "summary": summary,
+            samples.append({"id": row["id"], "reference": reference, "summary": summary,
                          "length": int(inputs.hyp_lens[i]),
                          "repeated_trigrams": float(repeats[i]) / max(int(trigrams[i]), 1),
                          **{f"score/{key}": value for key, value in scores[i].items()}})  # no metric's name is a field
             if rewards is not None:
-                rows[-1]["reward"] = finite_or_none(float(rewards[i]))
-                rows[-1] |= {f"reward/{name}": finite_or_none(float(value[i])) for name, value in terms.items()}
-        return rows
+                samples[-1]["reward"] = finite_or_none(float(rewards[i]))
+                samples[-1] |= {f"reward/{name}": finite_or_none(float(value[i])) for name, value in terms.items()}
+        return samples
 
     def training_samples(self, batch: Batch, generator: torch.Generator) -> list[dict[str, Any]]:
         """For each article of a mixed run's batch, one sample drawn as training draws it (with `generator`), its
@@ -352,19 +352,21 @@ class SummarizationModule(pl.LightningModule):
         minimum length): a gain that only those rules give shows as a gap between the two. Each row also keeps the
         article's lead-3 (its first three sentences, See et al.'s baseline)."""
         enc = self.model.encode(batch)
-        rows = self.summaries(beam_search(self.model, enc, **self.beam), batch)
+        written = self.summaries(beam_search(self.model, enc, **self.beam), batch)
         plain = self.summaries(greedy(self.model, enc, self.val_max_len), batch)
-        for row, other, source in zip(rows, plain, batch.sources):
+        for row, other, source in zip(written, plain, batch.sources):
             row["greedy"], row["lead3"] = other["summary"], split_at_sentence_ends(source)[:3]
-        self._test_rows.extend(rows)
+        self._test_rows.extend(written)
 
     def summaries(self, decoded: Decoded, batch: Batch) -> list[dict]:
-        rows = []
+        """Each decoded row of a batch as its article's summary (sentences of tokens), with its id, reference and
+        article text."""
+        written = []
         for i, (ids, n) in enumerate(zip(decoded.ids.tolist(), decoded.lengths.tolist())):
             tokens = self.vocab.decode(ids[:n], batch.oovs[i])
-            rows.append({"id": batch.ids[i], "summary": split_at_sentence_ends(tokens),
-                         "reference": batch.references[i], "article": batch.texts[i]})
-        return rows
+            written.append({"id": batch.ids[i], "summary": split_at_sentence_ends(tokens),
+                            "reference": batch.references[i], "article": batch.texts[i]})
+        return written
 
     def on_test_epoch_start(self) -> None:
         self._test_rows = []
