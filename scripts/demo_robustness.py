@@ -9,12 +9,15 @@ sweep folder `<out>/t<threads>_s<seed>`, followed by `scripts/table4.py` on it. 
 threads fit in `--cores`; a grid whose table4.json exists is not run again, so an interrupted study resumes.
 
 Prints, and writes to `<out>/robustness.md` and `robustness.json`: each grid's diagonal (each reward's difference
-from MLE on its own metric, with its paired-bootstrap interval), whether all four are significant, and per reward
-the mean difference, the smallest lower bound and the number of grids where it is significant.
+from MLE on its own metric, with its paired-bootstrap interval), whether all four are significant, the MLE start
+the mixed runs began from (its step, and its greedy validation decodes' length and share of repeated trigrams: a
+start that has not learned to stop shows there), and per reward the mean difference, the smallest lower bound and
+the number of grids where it is significant.
 """
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import shlex
@@ -73,8 +76,19 @@ def diagonal(folder: Path) -> dict[str, dict]:
     return json.loads((folder / "table4.json").read_text())["diagonal"]
 
 
+def mle_start(folder: Path, seed: int) -> dict[str, float] | None:
+    """The kept MLE checkpoint's validation (its lowest loss): step, greedy tokens and repeated-trigram share."""
+    path = folder / f"seed_{seed}" / "mle" / "val_curve.csv"
+    if not path.exists():
+        return None
+    kept = min(csv.DictReader(path.open()), key=lambda point: float(point["val/loss"]))
+    return {"step": int(kept["step"]), "tokens": float(kept["val/length"]),
+            "repeated_trigrams": float(kept["val/repeated_trigrams"])}
+
+
 def report(grids: list[tuple[int, int]], out: Path, seconds: dict) -> tuple[str, dict]:
     cells = {f"t{t}_s{s}": diagonal(out / f"t{t}_s{s}") for t, s in grids}
+    starts = {f"t{t}_s{s}": mle_start(out / f"t{t}_s{s}", s) for t, s in grids}
     names = {r: next(iter(cells.values()))[r]["row"] for r in REWARDS}  # table4's row of each reward
     table = []
     for (threads, seed), (name, row) in zip(grids, cells.items()):
@@ -83,9 +97,12 @@ def report(grids: list[tuple[int, int]], out: Path, seconds: dict) -> tuple[str,
         wall = seconds.get((threads, seed))
         everywhere = all(row[r]["significant"] for r in REWARDS)
         best = sum(row[r]["best_row"] for r in REWARDS)
+        start = starts[name]
         table.append([str(threads), str(seed), *shown, "yes" if everywhere else "no", f"{best} of {len(REWARDS)}",
+                      f"{start['step']}, {start['tokens']:.0f}, {start['repeated_trigrams']:.2f}" if start else "-",
                       f"{wall / 60:.1f}" if wall else "-"])
-    lines = [markdown_table(["threads", "seed", *names.values(), "all 4", "best on own", "minutes"], table)]
+    lines = [markdown_table(["threads", "seed", *names.values(), "all 4", "best on own",
+                             "MLE start: step, greedy tokens, repeats", "minutes"], table)]
     passed = sum(all(row[r]["significant"] for r in REWARDS) for row in cells.values())
     summary = {r: {"mean_delta": sum(row[r]["delta"] for row in cells.values()) / len(cells),
                    "smallest_low": min(row[r]["low"] for row in cells.values()),
@@ -101,7 +118,8 @@ def report(grids: list[tuple[int, int]], out: Path, seconds: dict) -> tuple[str,
                                f"{v['largest_delta']:+.2f}", f"{v['smallest_low']:+.2f}",
                                f"{v['significant']} of {len(cells)}", f"{v['best_row']} of {len(cells)}"]
                               for r, v in summary.items()])]
-    return "\n".join(lines), {"grids": cells, "passed": passed, "total": len(cells), "per_reward": summary}
+    return "\n".join(lines), {"grids": cells, "mle_starts": starts, "passed": passed, "total": len(cells),
+                              "per_reward": summary}
 
 
 def main(argv: list[str] | None = None) -> None:

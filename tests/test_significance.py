@@ -518,6 +518,10 @@ def test_demo_robustness_counts_grids_whose_whole_diagonal_is_significant(tmp_pa
                         "best_row": r != "wms"} for r in robustness.REWARDS}
         diagonal["sms"] |= {"low": sms_low, "significant": sms_low > 0}
         (tmp_path / name / "table4.json").write_text(json.dumps({"diagonal": diagonal}))
+    mle = tmp_path / "t2_s0" / "seed_0" / "mle"  # its MLE start: the kept checkpoint is the lowest loss's
+    mle.mkdir(parents=True)
+    mle.joinpath("val_curve.csv").write_text("step,val/loss,val/length,val/repeated_trigrams\n75,0.61,50.4,0.68\n"
+                                             "100,0.44,16.5,0.28\n")
     robustness.main(["--seeds", "0", "--threads", "1", "2", "--out", str(tmp_path)])
     data = json.loads((tmp_path / "robustness.json").read_text())
     assert (data["passed"], data["total"]) == (1, 2)
@@ -526,6 +530,8 @@ def test_demo_robustness_counts_grids_whose_whole_diagonal_is_significant(tmp_pa
     assert data["per_reward"]["wms"]["best_row"] == 0
     printed = capsys.readouterr().out
     assert "**1 of 2 grids** have all four diagonals significant" in printed and "| Mixed w/ sms | " in printed
+    assert data["mle_starts"] == {"t1_s0": None, "t2_s0": {"step": 100, "tokens": 16.5, "repeated_trigrams": 0.28}}
+    assert "| no | 3 of 4 | 100, 16, 0.28 | - |" in printed
 
 
 def test_table4_writes_into_the_sweep_that_holds_the_runs(seed_grid, capsys):
