@@ -1,4 +1,4 @@
-"""The reward protocol, its batched input, and weighted sums of rewards."""
+"""The reward contract (`Reward`, a base class with documented defaults), its batched input, and weighted sums."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
