@@ -327,9 +327,9 @@ class SummarizationModule(pl.LightningModule):
         for i, row in enumerate(written):
             summary, reference = as_text([row["summary"], row["reference"]])
             samples.append({"id": row["id"], "reference": reference, "summary": summary,
-                         "length": int(inputs.hyp_lens[i]),
-                         "repeated_trigrams": float(repeats[i]) / max(int(trigrams[i]), 1),
-                         **{f"score/{key}": value for key, value in scores[i].items()}})  # no metric's name is a field
+                            "length": int(inputs.hyp_lens[i]),
+                            "repeated_trigrams": float(repeats[i]) / max(int(trigrams[i]), 1),
+                            **{f"score/{key}": value for key, value in scores[i].items()}})  # no metric's name is a field
             if rewards is not None:
                 samples[-1]["reward"] = finite_or_none(float(rewards[i]))
                 samples[-1] |= {f"reward/{name}": finite_or_none(float(value[i])) for name, value in terms.items()}
