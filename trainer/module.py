@@ -74,7 +74,8 @@ class SummarizationModule(pl.LightningModule):
                  reward: Reward | None = None, gamma: Callable[[int], float] | None = None,
                  samples: int = 1, baseline: Baseline | None = None, temperature: float = 1.0,
                  rl_max_len: int = 100, length_normalize: bool = False, val_max_len: int = 100,
-                 rollout_processors: dict[str, StepProcessor | None] | None = None, beam: dict[str, Any] | None = None, metrics: dict[str, Reward] | None = None,
+                 rollout_processors: dict[str, StepProcessor | None] | None = None, beam: dict[str, Any] | None = None,
+                 metrics: dict[str, Reward] | None = None,
                  select_by: str = "reward", max_nonfinite_steps: int = 10, output_dir: str = ".",
                  unlabelled_fraction: float = 0.0, samples_to_log: int = 8, samples_seed: int = 0,
                  reading: dict[str, Any] | None = None):
@@ -329,7 +330,8 @@ class SummarizationModule(pl.LightningModule):
             samples.append({"id": row["id"], "reference": reference, "summary": summary,
                             "length": int(inputs.hyp_lens[i]),
                             "repeated_trigrams": float(repeats[i]) / max(int(trigrams[i]), 1),
-                            **{f"score/{key}": value for key, value in scores[i].items()}})  # no metric's name is a field
+                            # no metric's name is a field: the scores are score/<key>
+                            **{f"score/{key}": value for key, value in scores[i].items()}})
             if rewards is not None:
                 samples[-1]["reward"] = finite_or_none(float(rewards[i]))
                 samples[-1] |= {f"reward/{name}": finite_or_none(float(value[i])) for name, value in terms.items()}
