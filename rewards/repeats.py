@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rewards.base import Reward, RewardInput, check_reward
+from rewards.base import Display, Reward, RewardInput, check_reward
 
 
 def ngram_keys(ids: Tensor, lengths: Tensor, n: int, base: int) -> tuple[Tensor, Tensor]:
@@ -39,7 +39,18 @@ class RepeatPenalty(Reward):
     def __init__(self, reward: Reward):
         self.wrapped = reward
         self._unpenalized: Tensor | None = None
-        self.name, self.needs_reference, self.display = reward.name, reward.needs_reference, reward.display
+
+    @property
+    def name(self) -> str:
+        return self.wrapped.name
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.wrapped.needs_reference
+
+    @property
+    def display(self) -> Display:
+        return self.wrapped.display
 
     @property
     def judged_by(self) -> str:
