@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Sequence
 
 from hydra import compose, initialize_config_module
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from rewards.base import Reward, check_reward
+from rewards.base import NotAReward, Reward, check_reward
 from rewards.scoring import score_texts
 
 CONF = "conf"  # the package of the shipped configs, found through Hydra's package search path (pkg://conf)
@@ -19,6 +20,23 @@ CONF = "conf"  # the package of the shipped configs, found through Hydra's packa
 
 class RewardConfigError(ValueError):
     """A reward config that does not exist or does not define a reward."""
+
+
+class ConfigRefused(ValueError):
+    """A configured object that refused its settings or files: its own one-line message."""
+
+
+def instantiate_or_refuse(config, **kwargs):
+    """`instantiate`, where an object refusing its settings or files (a ValueError from its constructor, or an
+    object that is not a reward) says its own message rather than Hydra's wrapper around it."""
+    try:
+        return instantiate(config, **kwargs)
+    except InstantiationException as error:
+        if isinstance(error.__cause__, NotAReward):
+            raise error.__cause__ from None
+        if isinstance(error.__cause__, ValueError):
+            raise ConfigRefused(str(error.__cause__)) from None
+        raise
 
 
 def search_path(config_dirs: Sequence[str | Path]) -> list[str]:
@@ -62,7 +80,7 @@ def compose_rewards(specs: Sequence[str], overrides: Sequence[str] = (),
     for label, config in pairs:
         if "_target_" not in cfg[label]:  # e.g. `mle`, which selects MLE training rather than a reward
             raise RewardConfigError(f"conf/reward/{config}.yaml does not define a reward (no _target_)")
-    rewards = {label: instantiate(cfg[label]) for label in labels}
+    rewards = {label: instantiate_or_refuse(cfg[label]) for label in labels}
     for label, config in pairs:
         check_reward(rewards[label], f"conf/reward/{config}.yaml")
     return rewards

@@ -17,14 +17,14 @@ from typing import Any, Callable, Sequence
 
 import torch
 from hydra import compose, initialize_config_module
-from hydra.errors import ConfigCompositionException, InstantiationException, OverrideParseException
-from hydra.utils import instantiate
+from hydra.errors import ConfigCompositionException, OverrideParseException
 
 from models.text.batch import Example
 from models.text.records import DataError, Row
 from rewards.base import NotAReward, Reward
 # the scripts import these from here too
-from rewards.configs import CONF, RewardConfigError, compose_rewards, parse_reward_spec, reward_configs  # noqa: F401
+from rewards.configs import (CONF, ConfigRefused, RewardConfigError, compose_rewards,  # noqa: F401
+                             instantiate_or_refuse, parse_reward_spec, reward_configs)
 from rewards.pretrained import PretrainedNotFound
 from rewards.scoring import TOKENIZERS, score_texts
 from trainer.checkpoints import CheckpointError
@@ -36,8 +36,8 @@ class InputError(ValueError):
 
 
 # What a command line reports as one line instead of a traceback (DataError: a bad, missing or undecodable file).
-USER_ERRORS = (InputError, RewardConfigError, DataError, CheckpointError, PretrainedNotFound, NotAReward,
-               ConfigCompositionException, OverrideParseException)
+USER_ERRORS = (InputError, RewardConfigError, ConfigRefused, DataError, CheckpointError, PretrainedNotFound,
+               NotAReward, ConfigCompositionException, OverrideParseException)
 
 
 def command(main: Callable[[], Any]) -> Callable[[], None]:
@@ -48,10 +48,6 @@ def command(main: Callable[[], Any]) -> Callable[[], None]:
             main()
         except USER_ERRORS as e:
             sys.exit(f"error: {e}")
-        except InstantiationException as e:  # a config refusing its settings or files, as trainer.train.build reports
-            if not isinstance(e.__cause__, ValueError):
-                raise
-            sys.exit(f"error: {e.__cause__}")
     return run
 
 
@@ -68,7 +64,7 @@ def load_splits(overrides: Sequence[str]) -> tuple[dict[str, list[Example]], str
     directory: what the scripts that train frozen reward models (QA, LS-Score) learn from."""
     with initialize_config_module(version_base="1.3", config_module=CONF):
         cfg = compose(config_name="train", overrides=list(overrides))
-    data = instantiate(cfg.data)
+    data = instantiate_or_refuse(cfg.data)
     data.setup()
     return data.splits, str(cfg.data_dir)
 

@@ -27,7 +27,6 @@ from pathlib import Path
 
 import numpy as np
 
-from hydra.utils import instantiate
 from matplotlib.figure import Figure
 from omegaconf import DictConfig, OmegaConf
 
@@ -36,8 +35,8 @@ sys.path.insert(0, str(REPO))
 
 from models.text.records import DataError, Row, csv_rows, jsonl_rows  # noqa: E402
 from models.text.vocab import split_at_sentence_ends  # noqa: E402
-from scripts.cli import (USER_ERRORS, add_config_dir_argument, command, compose_rewards, int_at_least,  # noqa: E402
-                         metrics_and_paths, positive_int)
+from scripts.cli import (USER_ERRORS, add_config_dir_argument, command, compose_rewards, instantiate_or_refuse,  # noqa: E402
+                         int_at_least, metrics_and_paths, positive_int)
 from trainer.callbacks import plot_curves  # noqa: E402
 from trainer.evaluate import (ROWS, SHAPE_KEYS, columns, evaluate, mean_shape, results_table,  # noqa: E402
                               summary_shape, table_record)
@@ -92,8 +91,8 @@ class Run:
 
 def recorded_table(cfg: DictConfig) -> dict:
     """The table record of a run from before runs kept one: made now from its reward and metric configs."""
-    metrics = {key: instantiate(node) for key, node in (cfg.get("metrics") or {}).items()}
-    reward = instantiate(cfg.reward) if cfg.get("reward") else None
+    metrics = {key: instantiate_or_refuse(node) for key, node in (cfg.get("metrics") or {}).items()}
+    reward = instantiate_or_refuse(cfg.reward) if cfg.get("reward") else None
     return table_record(reward, metrics, cfg.get("rows") or ROWS)
 
 

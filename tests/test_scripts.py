@@ -248,6 +248,16 @@ def test_score_reports_a_reward_config_that_refuses_its_files_in_one_line(tmp_pa
     assert message.startswith(f"error: QA model {missing!r} is neither") and "\n" not in message
 
 
+def test_score_reports_a_reward_that_refuses_its_settings_in_one_line(tmp_path, monkeypatch):
+    """A reward's constructor refusing a setting (a plain ValueError, wrapped by Hydra) is one line, not a traceback."""
+    path = write_jsonl(tmp_path / "rows.jsonl", [{"summary": "a cat .", "reference": "a cat ."}])
+    monkeypatch.setattr(sys, "argv", ["score", str(path), "--rewards", "rouge_1_recall",
+                                      "--set", "rouge_1_recall.measure=bogus"])
+    with pytest.raises(SystemExit) as exit:
+        load_script("score").cli()
+    assert str(exit.value.code) == "error: measure must be recall, precision or f1, got 'bogus'"
+
+
 @pytest.mark.parametrize("script, flags", [("score", []), ("correlate", ["--human", "overall"])])
 @pytest.mark.parametrize("size", ["0", "-1"])
 def test_batch_size_below_one_is_an_argument_error(tmp_path, capsys, script, flags, size):

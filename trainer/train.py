@@ -20,7 +20,6 @@ import pytorch_lightning as pl
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import InstantiationException
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from hydra.utils import instantiate
@@ -28,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.utilities import rank_zero_only
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from rewards.base import NotAReward
+from rewards.configs import instantiate_or_refuse
 from rewards.repeats import penalty_note
 from trainer.checkpoints import (AtomicCheckpointIO, check_resume, check_vocabulary, checkpoint_info, data_reading,
                                  keep_start_as_best, load_model_weights)
@@ -231,17 +230,6 @@ class RunFolders(Callback):
             check_sweep_dir(config)
         except SettingsError as error:
             raise SystemExit(f"SettingsError: {error}") from None
-
-
-def instantiate_or_refuse(config: DictConfig, **kwargs: Any) -> Any:
-    """`instantiate`, where a refused setting or file (a selector checkpoint, an object that is not a reward) says
-    its own one-line message rather than Hydra's wrapper around it."""
-    try:
-        return instantiate(config, **kwargs)
-    except InstantiationException as error:
-        if isinstance(error.__cause__, (ValueError, NotAReward)):
-            raise error.__cause__ from None
-        raise
 
 
 def build(cfg: DictConfig) -> tuple[SummarizationData, pl.LightningModule]:
