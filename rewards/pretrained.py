@@ -20,9 +20,14 @@ def load_pretrained(name: str, auto_class: str, what: str, remedy: str = "") -> 
     line naming `what` it was for, then `remedy`."""
     transformers = optional("transformers", "qa")
     location = str(Path(name).expanduser()) if Path(name).expanduser().exists() else name
+    bars = transformers.utils.logging.is_progress_bar_enabled()
+    transformers.utils.logging.disable_progress_bar()  # a frozen network's loading bar, in every run's console
     try:
         return (transformers.AutoTokenizer.from_pretrained(location),
                 getattr(transformers, auto_class).from_pretrained(location, dtype=torch.float32))
     except (OSError, ValueError) as e:
         raise PretrainedNotFound(f"{what} {name!r} is neither a local directory nor loadable from the hub "
                                  f"({str(e).splitlines()[0]}){remedy}") from None
+    finally:
+        if bars:
+            transformers.utils.logging.enable_progress_bar()

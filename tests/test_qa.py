@@ -109,6 +109,14 @@ def test_a_half_precision_checkpoint_reads_with_fp32_weights(tiny_qa_model, tmp_
     assert {p.dtype for p in qa.network.parameters()} == {torch.float32}
 
 
+def test_loading_a_frozen_network_draws_no_progress_bar_and_leaves_the_users_setting(tiny_qa_model, capsys):
+    from transformers.utils import logging as hf_logging
+    from rewards.pretrained import load_pretrained
+    load_pretrained(tiny_qa_model, "AutoModelForQuestionAnswering", "QA model")
+    assert "Loading weights" not in capsys.readouterr().err
+    assert hf_logging.is_progress_bar_enabled()  # as it was
+
+
 def test_batched_scores_equal_one_at_a_time(tiny_qa_model):
     qa = metrics(tiny_qa_model)
     hyps = ["the president visited berlin with 300 soldiers .", "angela merkel met him in berlin on monday .",
