@@ -193,7 +193,8 @@ def plot(history: list[dict], train_curve: list[tuple[int, float]], kinds: tuple
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    devs = sorted({key for h in history for key in h if key.startswith("dev/")})
+    fig, (left, right, *judged) = plt.subplots(1, 3 if devs else 2, figsize=(15 if devs else 10, 4))
     left.plot([s for s, _ in train_curve], [v for _, v in train_curve], label="train (mean since last point)")
     left.plot([h["step"] for h in history], [h["loss"] for h in history], "o-", label="validation")
     left.set(xlabel="step", ylabel="ranking loss", title="loss")
@@ -203,6 +204,14 @@ def plot(history: list[dict], train_curve: list[tuple[int, float]], kinds: tuple
                    label=kind)
     right.set(xlabel="step", ylabel="P(LS(reference) > LS(negative))", title="validation pairwise accuracy")
     right.legend()
+    for panel in judged:  # the out-of-distribution signal (`--dev`), which `--select-by dev` keeps the best of
+        steps = [h["step"] for h in history if "dev" in h]
+        panel.plot(steps, [h["dev"] for h in history if "dev" in h], "o-", label="mean (dev)")
+        for key in devs:
+            panel.plot(steps, [h[key] for h in history if "dev" in h], "--", label=key.removeprefix("dev/"))
+        panel.axhline(0, color="grey", linewidth=0.5)
+        panel.set(xlabel="step", ylabel="Spearman with the judges", title="human judgments (--dev)")
+        panel.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
