@@ -23,19 +23,21 @@ class RewardConfigError(ValueError):
 
 
 class ConfigRefused(ValueError):
-    """A configured object that refused its settings or files: its own one-line message."""
+    """A configured object whose constructor refused a setting with a plain ValueError: its own one-line message."""
 
 
 def instantiate_or_refuse(config, **kwargs):
-    """`instantiate`, where an object refusing its settings or files (a ValueError from its constructor, or an
-    object that is not a reward) says its own message rather than Hydra's wrapper around it."""
+    """`instantiate`, where an object refusing its settings or files says its own message rather than Hydra's wrapper
+    around it: a typed refusal (DataError, CheckpointError, NotAReward, ...) is raised as itself, a plain ValueError as
+    ConfigRefused, so that a command line knows it for a user error."""
     try:
         return instantiate(config, **kwargs)
     except InstantiationException as error:
-        if isinstance(error.__cause__, NotAReward):
-            raise error.__cause__ from None
-        if isinstance(error.__cause__, ValueError):
-            raise ConfigRefused(str(error.__cause__)) from None
+        cause = error.__cause__
+        if type(cause) is ValueError:
+            raise ConfigRefused(str(cause)) from None
+        if isinstance(cause, (ValueError, NotAReward)):
+            raise cause from None
         raise
 
 

@@ -143,3 +143,13 @@ def test_train_help_lists_the_config_groups_and_the_main_settings():
     assert {"reward: " + ", ".join(options("reward"))} <= set(shown.splitlines())
     for setting in ("stages.<mle|mixed>.steps", "stages.<mle|mixed>.val_every", "rl.samples", "select_by"):
         assert setting in shown
+
+
+def test_a_refused_config_says_its_own_error_typed_as_it_was_raised():
+    import json
+    from rewards.configs import ConfigRefused, instantiate_or_refuse
+    with pytest.raises(ConfigRefused, match="invalid literal for int"):  # a plain ValueError: a user error
+        instantiate_or_refuse({"_target_": "builtins.int", "_args_": ["x"]})
+    with pytest.raises(json.JSONDecodeError) as typed:  # a typed refusal keeps its type for its callers
+        instantiate_or_refuse({"_target_": "json.loads", "_args_": ["{"]})
+    assert not isinstance(typed.value, ConfigRefused)
