@@ -35,8 +35,8 @@ sys.path.insert(0, str(REPO))
 
 from models.text.records import DataError, Row, csv_rows, jsonl_rows  # noqa: E402
 from models.text.vocab import split_at_sentence_ends  # noqa: E402
-from scripts.cli import (USER_ERRORS, add_config_dir_argument, command, compose_rewards, instantiate_or_refuse,  # noqa: E402
-                         int_at_least, metrics_and_paths, positive_int)
+from scripts.cli import (USER_ERRORS, add_config_dir_argument, command, compose_rewards,  # noqa: E402
+                         instantiate_or_refuse, int_at_least, metrics_and_paths, positive_int)
 from trainer.callbacks import plot_curves  # noqa: E402
 from trainer.evaluate import (ROWS, SHAPE_KEYS, columns, evaluate, mean_shape, results_table,  # noqa: E402
                               summary_shape, table_record)

@@ -205,10 +205,10 @@ def plot(history: list[dict], train_curve: list[tuple[int, float]], kinds: tuple
     right.set(xlabel="step", ylabel="P(LS(reference) > LS(negative))", title="validation pairwise accuracy")
     right.legend()
     for panel in judged:  # the out-of-distribution signal (`--dev`), which `--select-by dev` keeps the best of
-        steps = [h["step"] for h in history if "dev" in h]
-        panel.plot(steps, [h["dev"] for h in history if "dev" in h], "o-", label="mean (dev)")
+        scored = [h for h in history if "dev" in h]
+        panel.plot([h["step"] for h in scored], [h["dev"] for h in scored], "o-", label="mean (dev)")
         for key in devs:
-            panel.plot(steps, [h[key] for h in history if "dev" in h], "--", label=key.removeprefix("dev/"))
+            panel.plot([h["step"] for h in scored], [h[key] for h in scored], "--", label=key.removeprefix("dev/"))
         panel.axhline(0, color="grey", linewidth=0.5)
         panel.set(xlabel="step", ylabel="Spearman with the judges", title="human judgments (--dev)")
         panel.legend(fontsize="small")
