@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from models.text.vectors import minilm_path
 from rewards.base import Display, Reward, RewardInput
+from rewards.embeddings import STOPWORDS
 from rewards.pretrained import load_pretrained
 
 CHECKPOINT = "ls_score.pt"
@@ -116,57 +117,106 @@ def tokenize_batch(tokenizer, texts: list[str], max_tokens: int) -> tuple[Tensor
 
 
 # ---------------------------------------------------------------- training: negatives and loss
-PAPER_KINDS = ("deleted", "shuffled", "inserted")  # always built; "repeated" only when asked for
+PAPER_KINDS = ("deleted", "shuffled", "inserted")  # Wu et al.'s three (§3.4)
+KINDS = PAPER_KINDS + ("repeated", "swapped", "dropped")  # ours: a policy's repetition, content and facts
 
 
 @dataclass
 class Negatives:
-    """The negatives of a reference: Wu et al.'s three (§3.4), `delete_rate` of its words deleted; its words
-    shuffled within each sentence; `insert_sentences` article sentences inserted at random places, chosen among the
-    sentences that are not the closest (most shared words) to one of the reference's. With `repeat_sentences` > 0 a
-    fourth, ours: that many of its own sentences repeated at the end, the length and repetition a policy learns
-    when the three never show it a repeated summary."""
+    """The negatives of a reference, one per kind in `kinds`. Wu et al.'s three (§3.4): `delete_rate` of its words
+    deleted; its words shuffled within each sentence; `insert_sentences` article sentences inserted at random places,
+    chosen among the sentences that are not the closest (most shared words) to one of the reference's. Ours:
+    "repeated", `repeat_sentences` of its own sentences repeated at the end (the length and repetition a policy
+    learns when the three never show it a repeated summary); "swapped", `swap_words` of its words that the article
+    has (numbers first, then alphabetic non-stopwords) each replaced by another article word of the same sort that the
+    reference lacks (a wrong fact in the article's own words, which a bag of words cannot tell apart); "dropped",
+    the reference without its sentence sharing the most content words with the article (without its second half if
+    it has one sentence): less of the article's content."""
 
     delete_rate: float = 0.2
     insert_sentences: int = 1
-    repeat_sentences: int = 0
+    repeat_sentences: int = 1
+    swap_words: int = 2
+    kinds: tuple[str, ...] = PAPER_KINDS
 
-    @property
-    def kinds(self) -> tuple[str, ...]:
-        return PAPER_KINDS + (("repeated",) if self.repeat_sentences > 0 else ())
+    def __post_init__(self):
+        self.kinds = tuple(self.kinds)
+        unknown = [kind for kind in self.kinds if kind not in KINDS]
+        if unknown or not self.kinds:
+            raise ValueError(f"negative kinds must be among {KINDS}, got {list(self.kinds)}")
 
     def __call__(self, reference: list[list[str]], article: list[list[str]], rng: random.Random) -> dict[str, str]:
+        build = {"deleted": self._deleted, "shuffled": self._shuffled, "inserted": self._inserted,
+                 "repeated": self._repeated, "swapped": self._swapped, "dropped": self._dropped}
+        # drawn in KINDS order whatever `kinds` holds, so a kind's negative does not depend on the others asked for
+        return {kind: " ".join(build[kind](reference, article, rng)) for kind in KINDS if kind in self.kinds}
+
+    def _deleted(self, reference, article, rng) -> list[str]:
         words = [w for s in reference for w in s]
-        kept = [w for w in words if rng.random() >= self.delete_rate] or words[:1]
-        shuffled = [rng.sample(s, len(s)) for s in reference]
-        closest = {max(range(len(article)), key=lambda i: len(set(article[i]) & set(s))) for s in reference} \
-            if article else set()
+        return [w for w in words if rng.random() >= self.delete_rate] or words[:1]
+
+    def _shuffled(self, reference, article, rng) -> list[str]:
+        return [w for s in reference for w in rng.sample(s, len(s))]
+
+    def _inserted(self, reference, article, rng) -> list[str]:
+        closest = {_most_shared(article, s) for s in reference} if article else set()
         candidates = [s for i, s in enumerate(article) if i not in closest] or article
         inserted = [list(s) for s in reference]
         for sentence in rng.sample(candidates, min(self.insert_sentences, len(candidates))):
             inserted.insert(rng.randint(0, len(inserted)), sentence)
-        built = {"deleted": " ".join(kept), "shuffled": " ".join(w for s in shuffled for w in s),
-                 "inserted": " ".join(w for s in inserted for w in s)}
-        if self.repeat_sentences > 0:
-            repeated = reference + [rng.choice(reference) for _ in range(self.repeat_sentences)]
-            built["repeated"] = " ".join(w for s in repeated for w in s)
-        return built
+        return [w for s in inserted for w in s]
+
+    def _repeated(self, reference, article, rng) -> list[str]:
+        repeated = reference + [rng.choice(reference) for _ in range(self.repeat_sentences)]
+        return [w for s in repeated for w in s]
+
+    def _swapped(self, reference, article, rng) -> list[str]:
+        words = [w for s in reference for w in s]
+        pools = {sort: sorted({w for s in article for w in s if _sort(w) == sort} - set(words))
+                 for sort in ("number", "word")}
+        in_article = {w for s in article for w in s}
+        swappable = {sort: [i for i, w in enumerate(words) if w in in_article and _sort(w) == sort and pools[sort]]
+                     for sort in pools}
+        chosen = rng.sample(swappable["number"], min(self.swap_words, len(swappable["number"])))  # numbers first
+        chosen += rng.sample(swappable["word"], min(self.swap_words - len(chosen), len(swappable["word"])))
+        for i in chosen:
+            words[i] = rng.choice(pools[_sort(words[i])])
+        return words
+
+    def _dropped(self, reference, article, rng) -> list[str]:
+        if len(reference) == 1:
+            return reference[0][: max(1, len(reference[0]) // 2)]
+        article_words = {w for s in article for w in s if _sort(w)}  # content: numbers and non-stopwords
+        supported = max(range(len(reference)), key=lambda i: len(set(reference[i]) & article_words))
+        return [w for i, s in enumerate(reference) if i != supported for w in s]
 
 
-# The kinds each hinge ranks the reference over; "repeated" counts where the negatives have it.
-HINGES = {"single": {"LS": ("deleted", "shuffled", "inserted", "repeated")},
-          "two": {"L": ("deleted", "shuffled", "repeated"), "S": ("deleted", "inserted")}}
+def _most_shared(sentences: list[list[str]], sentence: list[str]) -> int:
+    """Index of the sentence sharing the most distinct words with `sentence`."""
+    return max(range(len(sentences)), key=lambda i: len(set(sentences[i]) & set(sentence)))
+
+
+def _sort(word: str) -> str | None:
+    """"number" (has a digit), "word" (alphabetic, not a stopword) or None (never swapped)."""
+    if any(c.isdigit() for c in word):
+        return "number"
+    return "word" if word.isalpha() and word not in STOPWORDS else None
+
+
+# The kinds each hinge ranks the reference over, those of them the negatives have. "single" is Eq. 8 (every kind on
+# LS); "two" is the authors' code (L over the linguistic kinds, S over the content ones).
+HINGES = {"single": {"LS": KINDS},
+          "two": {"L": ("deleted", "shuffled", "repeated"), "S": ("deleted", "inserted", "swapped", "dropped")}}
 
 
 def ranking_loss(positive: dict[str, Tensor], negatives: dict[str, dict[str, Tensor]], form: str = "single",
                  margin: float = 1.0) -> Tensor:
-    """Σ max(0, margin − (score(r) − score(x̂))) over the form's hinges (see HINGES; Eq. 8 is "single"), averaged
-    over references. `positive[k]` [B]; `negatives[kind][k]` [B]; k in L, S, LS (L and S enter as α·L and β·S)."""
+    """Σ max(0, margin − (score(r) − score(x̂))) over the form's hinges (see HINGES), averaged over references.
+    `positive[k]` [B]; `negatives[kind][k]` [B]; k in L, S, LS (L and S enter as α·L and β·S)."""
     if form not in HINGES:
         raise ValueError(f"loss form must be one of {sorted(HINGES)}, got {form!r}")
-    missing = [kind for kind in PAPER_KINDS if kind not in negatives]
-    if missing:
-        raise ValueError(f"ranking_loss needs the negatives {PAPER_KINDS}; missing {missing}")
+    if not any(kind in negatives for kinds in HINGES[form].values() for kind in kinds):
+        raise ValueError(f"the {form!r} loss ranks none of the negatives given: {sorted(negatives)}")
     total = 0.0
     for key, kinds in HINGES[form].items():
         for kind in kinds:

@@ -1,7 +1,10 @@
 r"""Train LS-Score (Wu et al. 2020, `rewards/ls_score.py`) offline, without human labels: each reference summary
-should outscore its three negatives (20% of words deleted, words shuffled within sentences, an article sentence
-inserted), built on the fly, under a margin ranking loss, and a fourth of ours, the reference with one of its
-sentences repeated (`--repeat-sentences`; 0 trains on the paper's three: docs/GUIDE.md has both measured).
+should outscore its negatives, built on the fly, under a margin ranking loss. `--negatives` chooses them (default:
+the paper's three, 20% of words deleted, words shuffled within sentences, an article sentence inserted, and a fourth
+of ours, the reference with one of its sentences repeated; docs/GUIDE.md has both measured); "swapped" (article
+words swapped in for the reference's) and "dropped" (its best-supported sentence dropped) are content negatives.
+`--distill W` adds W·mean((S − S₀)²) over the step's summaries, S₀ the untrained encoder's cosine: the trained
+similarity is held near the one it starts from where the negatives do not pull it away.
 
 Articles come from the shared CNN/DM sample through `conf/data/cnndm_sample.yaml`: train split only, and every id of
 `cnndm_see2017_test_heldout_overlap.tsv` (the human-judged documents, Chaganty et al.'s among them) is dropped again
@@ -25,6 +28,7 @@ embeddings and lower 4 of 6 layers frozen, as many articles as the time allows.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import os
@@ -41,8 +45,9 @@ from models.text.batch import Example  # noqa: E402
 from models.text.records import DataError, read_jsonl  # noqa: E402
 from models.text.vocab import split_at_sentence_ends  # noqa: E402
 from rewards.correlation import correlation  # noqa: E402
-from rewards.ls_score import LSConfig, LSScorer, Negatives, load_encoder, ranking_loss, tokenize_batch  # noqa: E402
-from scripts.cli import command, int_at_least, load_splits, positive_int, seeded  # noqa: E402
+from rewards.ls_score import (KINDS, PAPER_KINDS, LSConfig, LSScorer, Negatives, load_encoder, ranking_loss,  # noqa: E402
+                              tokenize_batch)
+from scripts.cli import command, load_splits, positive_int, seeded  # noqa: E402
 from trainer.sources import read_id_list  # noqa: E402
 
 HELD_OUT = "cnndm_see2017_test_heldout_overlap.tsv"
@@ -64,9 +69,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--margin", type=float, default=1.0)
     parser.add_argument("--delete-rate", type=float, default=0.2)
     parser.add_argument("--insert-sentences", type=positive_int, default=1)
-    parser.add_argument("--repeat-sentences", type=int_at_least(0), default=1,
-                        help="a fourth negative: the reference with this many of its sentences repeated (0: the "
-                             "paper's three only)")
+    parser.add_argument("--negatives", nargs="+", choices=KINDS, default=list(PAPER_KINDS) + ["repeated"],
+                        help="the negative kinds ranked below each reference")
+    parser.add_argument("--repeat-sentences", type=positive_int, default=1,
+                        help="sentences of its own a 'repeated' negative repeats")
+    parser.add_argument("--swap-words", type=positive_int, default=2, help="words a 'swapped' negative replaces")
+    parser.add_argument("--distill", type=float, default=0.0,
+                        help="weight of mean((S − S_untrained)²) over the step's summaries (0: none)")
     parser.add_argument("--max-article-tokens", type=positive_int, default=128)
     parser.add_argument("--max-summary-tokens", type=positive_int, default=64)
     parser.add_argument("--train-layers", type=int, default=2, help="top encoder layers trained (the rest frozen)")
@@ -154,22 +163,42 @@ def frozen_below(scorer: LSScorer, train_layers: int) -> list[torch.nn.Parameter
     return [p for p in scorer.parameters() if p.requires_grad]
 
 
-def step_scores(scorer: LSScorer, tokenizer, examples: list[Example], negatives: Negatives, rng: random.Random
-                ) -> tuple[dict[str, torch.Tensor], dict[str, dict[str, torch.Tensor]]]:
-    """L, S, LS of each article's reference and of each of its negatives: ([B], {kind: [B]})."""
-    config = scorer.config
-    articles = [" ".join(ex.source) for ex in examples]
-    summaries = {"reference": [" ".join(w for s in ex.reference for w in s) for ex in examples]}
+@dataclass
+class StepBatch:
+    """A step's tokenized articles [B, N] and summaries [(1 + kinds)·B, M]: the references' block, then one block
+    per negative kind, in `kinds` order."""
+
+    article: tuple[torch.Tensor, torch.Tensor]
+    summaries: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+    kinds: tuple[str, ...]
+
+
+def step_batch(tokenizer, config: LSConfig, examples: list[Example], negatives: Negatives, rng: random.Random
+               ) -> StepBatch:
+    """Each article's reference and its negatives, built with `rng` and tokenized."""
+    references = [" ".join(w for s in ex.reference for w in s) for ex in examples]
     built = [negatives(ex.reference, split_at_sentence_ends(ex.source), rng) for ex in examples]
-    summaries |= {kind: [b[kind] for b in built] for kind in negatives.kinds}
-    ids, mask, _ = tokenize_batch(tokenizer, articles, config.max_article_tokens)
-    article = scorer.encode(ids, mask)[1]  # [B, K]
-    texts = [t for kind in summaries for t in summaries[kind]]  # reference block, then one block per kind
-    ids, mask, counted = tokenize_batch(tokenizer, texts, config.max_summary_tokens)
-    out = scorer(ids, mask, counted, article.repeat(len(summaries), 1))
-    B = len(examples)
-    parts = {kind: {k: v[i * B:(i + 1) * B] for k, v in out.items()} for i, kind in enumerate(summaries)}
-    return parts.pop("reference"), parts
+    texts = references + [b[kind] for kind in negatives.kinds for b in built]
+    article = tokenize_batch(tokenizer, [" ".join(ex.source) for ex in examples], config.max_article_tokens)
+    return StepBatch(article[:2], tokenize_batch(tokenizer, texts, config.max_summary_tokens), negatives.kinds)
+
+
+def step_scores(scorer: LSScorer, batch: StepBatch) -> tuple[dict[str, torch.Tensor], dict[str, dict[str, torch.Tensor]]]:
+    """L, S, LS of each article's reference and of each of its negatives: ([B], {kind: [B]})."""
+    article = scorer.encode(*batch.article)[1]  # [B, K]
+    blocks = 1 + len(batch.kinds)
+    out = scorer(*batch.summaries, article.repeat(blocks, 1))
+    B = len(article)
+    parts = [{k: v[i * B:(i + 1) * B] for k, v in out.items()} for i in range(blocks)]
+    return parts[0], dict(zip(batch.kinds, parts[1:]))
+
+
+def drift(positive: dict[str, torch.Tensor], negatives: dict[str, dict[str, torch.Tensor]],
+          anchor: tuple[dict[str, torch.Tensor], dict[str, dict[str, torch.Tensor]]]) -> torch.Tensor:
+    """mean((S − S₀)²) over every summary of the step, S₀ the `anchor` scorer's (`step_scores` of the untrained)."""
+    now = torch.cat([positive["S"]] + [negatives[kind]["S"] for kind in negatives])
+    then = torch.cat([anchor[0]["S"]] + [anchor[1][kind]["S"] for kind in negatives])
+    return ((now - then) ** 2).mean()
 
 
 @torch.no_grad()
@@ -180,7 +209,8 @@ def validate(scorer: LSScorer, tokenizer, examples: list[Example], negatives: Ne
     scorer.eval()
     rng, losses, right = random.Random(seed), [], {kind: 0 for kind in negatives.kinds}
     for i in range(0, len(examples), batch_size):
-        positive, negative = step_scores(scorer, tokenizer, examples[i:i + batch_size], negatives, rng)
+        positive, negative = step_scores(scorer, step_batch(tokenizer, scorer.config, examples[i:i + batch_size],
+                                                            negatives, rng))
         losses.append(float(ranking_loss(positive, negative, form, margin)) * len(positive["LS"]))
         for kind in negatives.kinds:
             right[kind] += int((positive["LS"] > negative[kind]["LS"]).sum())
@@ -235,7 +265,9 @@ def main(argv: list[str] | None = None) -> None:
     scorer = LSScorer(encoder, config)
     trainable = frozen_below(scorer, args.train_layers)
     devs = [read_dev(spec, args.dev_rows, args.seed) for spec in args.dev]
-    negatives = Negatives(args.delete_rate, args.insert_sentences, args.repeat_sentences)
+    negatives = Negatives(args.delete_rate, args.insert_sentences, args.repeat_sentences, args.swap_words,
+                          tuple(args.negatives))
+    untrained = copy.deepcopy(scorer).eval().requires_grad_(False) if args.distill > 0 else None
     steps = args.epochs * math.ceil(len(train) / args.batch_size)
     pretrained = {p for p in scorer.encoder.parameters() if p.requires_grad}
     # L2-SP anchors the pretrained weights at their start in place of AdamW's pull toward 0; the new L head decays
@@ -260,8 +292,13 @@ def main(argv: list[str] | None = None) -> None:
         for i in range(0, len(train), args.batch_size):
             if time.time() > deadline:
                 break
-            positive, negative = step_scores(scorer, tokenizer, train[i:i + args.batch_size], negatives, rng)
+            batch = step_batch(tokenizer, config, train[i:i + args.batch_size], negatives, rng)
+            positive, negative = step_scores(scorer, batch)
             loss = ranking_loss(positive, negative, args.loss, args.margin)
+            if untrained is not None:
+                with torch.no_grad():
+                    anchor = step_scores(untrained, batch)
+                loss = loss + args.distill * drift(positive, negative, anchor)
             if anchors:
                 loss = loss + args.l2sp * l2sp_penalty(anchors)
             loss.backward()
@@ -294,13 +331,14 @@ def main(argv: list[str] | None = None) -> None:
             "train_articles": len(train), "val_articles": len(val), "held_out_ids": len(held_out),
             "train_seconds": round(train_seconds), "wall_seconds": round(wall), "settings": settings}
     (output / "training.json").write_text(json.dumps(card, indent=2) + "\n")
+    distilled = f"; distilled toward the untrained cosine, weight {args.distill}" if untrained is not None else ""
     (output / "README.md").write_text(f"""# LS-Score evaluator (Wu et al. 2020) for sumrl
 
 Trained by `scripts/train_ls_score.py`: an encoder with an L head (mean token log-probability) and an S cosine
 (article vs summary, {args.pooling} pooling), LS = {args.alpha}·L + {args.beta}·S, under a margin ranking loss
-("{args.loss}", margin {args.margin}) of each reference over its negatives built on the fly ({args.delete_rate:.0%}
-of words deleted; words shuffled within sentences; {args.insert_sentences} article sentence(s) inserted; \
-{args.repeat_sentences} of its own sentence(s) repeated).
+("{args.loss}", margin {args.margin}) of each reference over its negatives built on the fly: \
+{", ".join(negatives.kinds)} (delete rate {args.delete_rate}, {args.insert_sentences} sentence(s) inserted, \
+{args.repeat_sentences} repeated, {args.swap_words} word(s) swapped){distilled}.
 
 - Data: `{' '.join(args.data)}`, train split, {len(held_out):,} held-out ids ({HELD_OUT}) excluded:
   {card['articles_seen']:,} of {len(train):,} articles seen; validation: {len(val)} articles of the val split.

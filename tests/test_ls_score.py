@@ -72,8 +72,10 @@ def test_ranking_loss_hand_computed():
     assert float(ranking_loss(positive, negatives, "two")) == pytest.approx(0.5 + 0.9 + 1.05)
     with pytest.raises(ValueError, match="loss form"):
         ranking_loss(positive, negatives, "triple")
-    with pytest.raises(ValueError, match=r"missing \['inserted'\]"):  # one of the paper's three left out
-        ranking_loss(positive, {k: v for k, v in negatives.items() if k != "inserted"}, "single")
+    # any subset of the kinds ranks; none of a form's kinds is refused
+    assert float(ranking_loss(positive, {"shuffled": negatives["shuffled"]}, "single")) == pytest.approx(0.2)
+    with pytest.raises(ValueError, match="ranks none of the negatives"):
+        ranking_loss(positive, {}, "single")
     # the fourth negative: in the single hinge on LS (1 − (1 − 0.3)) and the L hinge of the two (1 − (−1 + 1.5))
     negatives["repeated"] = scores(L=-1.5, S=0.9, LS=0.3)
     assert float(ranking_loss(positive, negatives, "single")) == pytest.approx(2.2 + 0.3)
@@ -94,12 +96,33 @@ def test_negatives():
     assert "dogs bark ." in inserted and len(inserted.split()) == 8 + 3
     assert "repeated" not in built and Negatives().kinds == ("deleted", "shuffled", "inserted")
     # the fourth negative: the reference, then two of its own sentences again; the other three drawn as without it
-    four = Negatives(delete_rate=0.5, repeat_sentences=2)
+    four = Negatives(delete_rate=0.5, repeat_sentences=2, kinds=("deleted", "shuffled", "inserted", "repeated"))
     with_four, without = four(reference, article, random.Random(1)), Negatives(0.5)(reference, article, random.Random(1))
     assert four.kinds[-1] == "repeated" and {k: with_four[k] for k in without} == without
     words = with_four["repeated"].split()
     assert words[:8] == reference[0] + reference[1] and len(words) == 16
     assert words[8:12] in reference and words[12:] in reference
+    with pytest.raises(ValueError, match="negative kinds must be among"):
+        Negatives(kinds=("deleted", "paraphrased"))
+
+
+def test_content_negatives_swap_the_articles_words_numbers_first_and_drop_the_best_supported_sentence():
+    reference = [["police", "held", "3", "men", "."], ["the", "van", "was", "robbed", "."]]
+    article = [["a", "van", "was", "robbed", "by", "3", "men", "."], ["police", "said", "47", "guards", "ran", "."]]
+    swapped = Negatives(swap_words=1, kinds=("swapped",))(reference, article, random.Random(0))["swapped"].split()
+    # the one number the article shares (3) becomes the article's other number (47); nothing else moves
+    assert swapped == ["police", "held", "47", "men", ".", "the", "van", "was", "robbed", "."]
+    two = Negatives(swap_words=2, kinds=("swapped",))(reference, article, random.Random(0))["swapped"].split()
+    changed = [(a, b) for a, b in zip(reference[0] + reference[1], two) if a != b]
+    # then a word the article has (police, men, van, robbed: not "held", absent; not "the", a stopword) becomes an
+    # article word the reference lacks (said, guards, ran)
+    assert changed[0] == ("3", "47") and len(changed) == 2
+    assert changed[1][0] in {"police", "men", "van", "robbed"} and changed[1][1] in {"said", "guards", "ran"}
+    # the dropped negative loses the sentence sharing most content words with the article (police, 3, men against
+    # van, robbed; stopwords and punctuation, which would tie them, do not count)
+    dropped = Negatives(kinds=("dropped",))(reference, article, random.Random(0))["dropped"]
+    assert dropped == "the van was robbed ."
+    assert Negatives(kinds=("dropped",))(reference[:1], article, random.Random(0))["dropped"] == "police held"
 
 
 def reward_input(summaries: list[str], articles: list[str]) -> RewardInput:
@@ -144,9 +167,25 @@ def test_training_script_end_to_end_with_the_fourth_negative(tiny_qa_model, tmp_
                  "--train-layers", "1"])
     card = json.loads((output / "training.json").read_text())
     assert card["steps"] == 4 and set(card["best"]) >= {"deleted", "shuffled", "inserted", "repeated"}
-    assert "1 of its own sentence(s) repeated" in (output / "README.md").read_text()
+    assert "deleted, shuffled, inserted, repeated (" in (output / "README.md").read_text()
     assert (output / "curve.png").exists()
     LSScore(str(output))  # the checkpoint loads as a reward
+    # the content negatives alone, held toward the untrained cosine
+    module.main(["--data", "data=demo", "data.train.n=120", f"cache_dir={tmp_path}", "--encoder", tiny_qa_model,
+                 "--held-out", str(held_out), "--output", str(output), "--negatives", "swapped", "dropped",
+                 "--distill", "1", "--articles", "8", "--batch-size", "4", "--eval-every", "2", "--val-articles", "4",
+                 "--train-layers", "1"])
+    card = json.loads((output / "training.json").read_text())
+    assert card["steps"] == 2 and {"swapped", "dropped"} <= set(card["best"]) and "deleted" not in card["best"]
+    assert "distilled toward the untrained cosine, weight 1.0" in (output / "README.md").read_text()
+
+
+def test_drift_is_the_mean_squared_change_of_s_over_every_summary():
+    module = importlib.import_module("scripts.train_ls_score")
+    S = lambda *values: {"S": torch.tensor(values)}  # noqa: E731
+    now = (S(0.5, 0.4), {"swapped": S(0.2, 0.1)})
+    then = (S(0.3, 0.4), {"swapped": S(0.2, 0.4), "unused": S(9.0, 9.0)})
+    assert float(module.drift(*now, then)) == pytest.approx((0.2 ** 2 + 0.3 ** 2) / 4)
 
 
 # ---------------------------------------------------------------- training levers: dev sets, L2-SP
