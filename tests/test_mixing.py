@@ -212,12 +212,12 @@ def test_unlabelled_rows_get_gradient_from_the_rl_term_only():
     assert loss.item() == pytest.approx(0.5 * module.logged["train/rl_loss"] + 0.5 * module.logged["train/nll"],
                                         abs=1e-6)
     # γ = 0: the mixed step's gradient is the labelled rows' MLE gradient, whatever the unlabelled rows hold
-    module.gamma = Constant(0.0)
+    module.objective.gamma = Constant(0.0)
     for got, expected in zip(gradients(module, module.training_step(mixed, 0)),
                              gradients(module, module.model.mle_loss(labelled)["loss"])):
         torch.testing.assert_close(got, expected)
     # γ = 1: the unlabelled rows do train, through the reward's reference-free term
-    module.gamma = Constant(1.0)
+    module.objective.gamma = Constant(1.0)
     torch.manual_seed(3)
     with_them = gradients(module, module.training_step(mixed, 0))
     module.reward.weights["length"] = 0.0

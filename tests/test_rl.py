@@ -16,6 +16,7 @@ from rewards.rouge import RougeL
 from trainer.baselines import GreedyBaseline, LeaveOneOut
 from trainer.evaluate import table_record
 from trainer.module import SummarizationModule
+from trainer.objectives import decoder_inputs
 from trainer.rl import self_critical_loss
 from trainer.schedules import Constant
 
@@ -71,9 +72,9 @@ def test_rollout_processors_rule_the_samples_and_the_greedy_baseline():
     unblocked rollouts of 8 tokens repeat trigrams; blocked ones never do."""
     def rollout_repeats(processors):
         module, batch = tiny_module()
-        module.samples, module.rollout_processors = 3, processors
+        module.objective.samples, module.objective.processors = 3, processors
         torch.manual_seed(1)
-        decoded = module._rollouts(batch, module.model.encode(batch)).decoded
+        decoded = module.objective.rollouts(module.model, module.vocab, batch, module.model.encode(batch)).decoded
         repeats, _ = repeated_ngram_counts(decoded.ids, decoded.lengths, len(module.vocab) + batch.n_copy_oovs)
         return int(repeats.sum())
     assert rollout_repeats([]) > 0
@@ -107,7 +108,7 @@ def replayed_loss(module, batch, seed, k, baseline, temperature=1.0):
     torch.manual_seed(seed)
     enc = model.encode(batch)
     model.eval()
-    decoded = sample_and_greedy(model, enc, module.rl_max_len, samples=k,
+    decoded = sample_and_greedy(model, enc, module.objective.rl_max_len, samples=k,
                                 with_greedy=baseline == "greedy", temperature=temperature)
     model.train()
     rows = rollout_rows(B, k, baseline == "greedy")
@@ -124,10 +125,11 @@ def replayed_loss(module, batch, seed, k, baseline, temperature=1.0):
                 b = (sum(samples) - samples[j]) / (k - 1)
             row = decoded.rows(slice(i * k + j, i * k + j + 1))
             one = batch.index_select([i])
-            log_q = model.teacher_forced(model.encode(one), module._feed(row.ids), row.ids, temperature).log_probs
+            log_q = model.teacher_forced(model.encode(one), decoder_inputs(row.ids, module.vocab), row.ids,
+                                         temperature).log_probs
             terms.append(-(samples[j] - b) * log_q[0, : row.lengths[0]].sum())
     rl = torch.stack(terms).mean()
-    gamma = module.gamma(0)
+    gamma = module.objective.gamma(0)
     return gamma * rl + (1 - gamma) * model.mle_loss(batch)["loss"]
 
 
@@ -135,8 +137,8 @@ def replayed_loss(module, batch, seed, k, baseline, temperature=1.0):
                                                       (3, "leave_one_out", 1.0), (2, "greedy", 0.5)])
 def test_mixed_loss_with_k_samples_matches_the_replayed_formula(k, baseline, temperature):
     module, batch = tiny_module(gamma=0.7)
-    module.samples, module.temperature = k, temperature
-    module.baseline = GreedyBaseline() if baseline == "greedy" else LeaveOneOut(k)
+    module.objective.samples, module.objective.temperature = k, temperature
+    module.objective.baseline = GreedyBaseline() if baseline == "greedy" else LeaveOneOut(k)
     torch.manual_seed(11)
     loss = module.training_step(batch, 0)
     expected = replayed_loss(module, batch, 11, k, baseline, temperature)
@@ -152,12 +154,12 @@ def test_k1_greedy_equals_the_self_critical_loss():
     torch.manual_seed(5)
     enc = module.model.encode(batch)
     module.model.eval()
-    both = sample_and_greedy(module.model, enc, module.rl_max_len)
+    both = sample_and_greedy(module.model, enc, module.objective.rl_max_len)
     module.model.train()
     s, g = both.rows(slice(0, B)), both.rows(slice(B, None))
     reward = lambda d: torch.where(batch.has_reference,  # noqa: E731
                                    module.reward(RewardInput.from_decoded(d.ids, d.lengths, batch, module.vocab)), 0.0)
-    log_p = module.model.teacher_forced(enc, module._feed(s.ids), s.ids).log_probs
+    log_p = module.model.teacher_forced(enc, decoder_inputs(s.ids, module.vocab), s.ids).log_probs
     rl = self_critical_loss(log_p, s.lengths, reward(s), reward(g))
     expected = 0.7 * rl.mean() + 0.3 * module.model.mle_loss(batch, enc=enc)["loss"]
     torch.testing.assert_close(loss, expected, atol=1e-6, rtol=1e-6)
@@ -179,7 +181,7 @@ def test_rows_without_reference_get_zero_reward_even_when_it_is_nan():
     torch.manual_seed(3)
     loss = module.training_step(batch, 0)
     assert torch.isfinite(loss)
-    module.reward = RougeL()
+    module.objective.reward = RougeL()
     torch.manual_seed(3)
     torch.testing.assert_close(loss, module.training_step(batch, 0))
 
@@ -225,9 +227,9 @@ def test_penalized_repeats_scale_the_reward_by_the_share_of_new_trigrams():
             v.ids("the the the the".split()) + [v.eos_id, v.pad_id, v.pad_id]]  # 2 trigrams, 1 repeat -> 1/2
     ids = torch.tensor(rows)
     inputs = RewardInput.from_decoded(ids, torch.tensor([7, 7, 5]), batch.index_select([0, 1, 2]), v)
-    assert module._reward(inputs)[0].tolist() == [1.0, 1.0, 1.0]
-    module.reward = RepeatPenalty(module.reward)
-    assert module._reward(inputs)[0].tolist() == [0.75, 1.0, 0.5]
+    assert module.objective.scores(inputs)[0].tolist() == [1.0, 1.0, 1.0]
+    module.objective.reward = RepeatPenalty(module.reward)
+    assert module.objective.scores(inputs)[0].tolist() == [0.75, 1.0, 0.5]
 
 
 class InfOnArticle(Reward):
@@ -293,7 +295,7 @@ def test_test_metric_validation_scores_the_beam_decodes_with_the_test_metric_unp
     from models.decoding import beam_search
 
     module, batch = tiny_module()
-    module.select_by, module.reward = "test_metric", RepeatPenalty(module.reward)
+    module.select_by, module.objective.reward = "test_metric", RepeatPenalty(module.reward)
     module.beam = {"beam_size": 3, "max_len": 8}
     labelled = batch.index_select([i for i in range(len(batch)) if batch.has_reference[i]])
     with torch.no_grad():

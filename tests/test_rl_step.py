@@ -17,7 +17,7 @@ from models.text.vocab import Vocabulary
 from rewards.qa import MASK, ExtractiveQA
 from test_decoding import recorded_setting
 from test_rl import tiny_module
-from trainer.module import SummarizationModule
+from trainer.objectives import SelfCritical, decoder_inputs
 from trainer.timing import StepTimer
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))]
@@ -84,7 +84,7 @@ def mixed_step_gradient(seed: int, samples: int, temperature: float, coverage: b
     """The parameters' gradient after one mixed step of the tiny module on `varied_batch` (the same weights every
     call, </s> made likelier), drawing with `seed`, and how many times rows of the encoded articles were selected."""
     module, _ = tiny_module(gamma=0.7)
-    module.samples, module.temperature, module.rl_max_len = samples, temperature, 30
+    module.objective.samples, module.objective.temperature, module.objective.rl_max_len = samples, temperature, 30
     module.model.config.coverage = coverage
     module.model.w_c.requires_grad_(coverage)
     with torch.no_grad():  # rows end at different steps
@@ -118,11 +118,11 @@ def test_rows_leaving_the_decode_leave_the_mixed_steps_gradient_as_it_was(sample
     assert shrank  # some decode did shrink
 
 
-def two_teacher_forced_passes(self, batch, enc, sampled, sample_rows):
+def two_teacher_forced_passes(self, model, vocab, batch, enc, sampled, sample_rows, timer):
     """The path before: the references' own teacher-forced pass, then the samples'."""
-    mle = self.model.mle_loss(batch, enc=enc)
+    mle = model.mle_loss(batch, enc=enc)
     sample_enc = enc.index_select(torch.tensor(sample_rows, device=batch.device))
-    return mle, self.model.teacher_forced(sample_enc, self._feed(sampled.ids), sampled.ids).log_probs
+    return mle, model.teacher_forced(sample_enc, decoder_inputs(sampled.ids, vocab), sampled.ids).log_probs
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -132,7 +132,7 @@ def test_one_teacher_forced_pass_over_references_and_samples_leaves_the_gradient
     the longer of the two); its gradient equals that of the two passes, in fp32 to 1e-5."""
     for seed in range(3):
         together, _ = mixed_step_gradient(seed, samples, 1.0, coverage, device)
-        with patch.object(SummarizationModule, "_teacher_forced", two_teacher_forced_passes):
+        with patch.object(SelfCritical, "teacher_forced", two_teacher_forced_passes):
             apart, _ = mixed_step_gradient(seed, samples, 1.0, coverage, device)
         assert together.keys() == apart.keys() and ("w_c" in apart) == coverage
         for name, grad in apart.items():

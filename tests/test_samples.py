@@ -18,7 +18,7 @@ from test_scripts import load_script
 from test_train import compose_run, logged
 from models.text.batch import Example
 from trainer.diagnostics import distinct_ngram_ratio
-from trainer.samples import choose_articles
+from trainer.samples import choose_articles, sample_rows
 from trainer.train import run
 
 
@@ -45,7 +45,7 @@ def test_zero_advantage_share_and_term_statistics_on_hand_made_rewards():
     flat = [r for pair in SAMPLES for r in pair]
     reward = WeightedSum({"a": HandMade("a", flat + GREEDY), "b": HandMade("b", [0.5] * 18)}, {"a": 1.0, "b": 1.0})
     module, batch = tiny_module(reward=reward)
-    module.samples = 2
+    module.objective.samples = 2
     logged_values = {}
     module.log = lambda key, value, **kwargs: logged_values.__setitem__(key, float(value))
     module.training_step(batch, 0)
@@ -99,11 +99,12 @@ def test_sample_rows_score_the_greedy_summary_and_the_training_sample_leaves_the
     labelled = batch.index_select([i for i in range(len(batch)) if batch.has_reference[i]])
     module.model.eval()
     with torch.no_grad():
-        rows = module.sample_rows(labelled, greedy(module.model, module.model.encode(labelled), 8))
+        rows = sample_rows(module, labelled, greedy(module.model, module.model.encode(labelled), 8))
         state = torch.get_rng_state()
-        drawn = module.training_samples(labelled, torch.Generator().manual_seed(0))
+        draw = module.objective.training_samples
+        drawn = draw(module.model, module.vocab, labelled, torch.Generator().manual_seed(0))
         assert torch.equal(torch.get_rng_state(), state)  # drawn from its own generator
-        again = module.training_samples(labelled, torch.Generator().manual_seed(0))
+        again = draw(module.model, module.vocab, labelled, torch.Generator().manual_seed(0))
     scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
     for row in rows:
         reference = scorer.score("the cat sat .", row["summary"])["rougeL"].fmeasure

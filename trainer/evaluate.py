@@ -11,6 +11,9 @@ from typing import Any, Callable, Mapping
 import torch
 from rouge_score import rouge_scorer
 
+from models.decoding import Decoded
+from models.text.batch import Batch
+from models.text.vocab import Vocabulary, split_at_sentence_ends
 from rewards.base import Reward
 from rewards.scoring import score_texts
 from trainer.tables import markdown_table
@@ -59,6 +62,17 @@ def mean_shape(shapes: list[dict[str, float]]) -> dict[str, float]:
 def as_text(summaries: list[list[list[str]]]) -> list[str]:
     """Tokenized summaries as text: tokens joined by spaces, one sentence per line."""
     return ["\n".join(" ".join(s) for s in summary) for summary in summaries]
+
+
+def decoded_summaries(vocab: Vocabulary, decoded: Decoded, batch: Batch) -> list[dict]:
+    """Each decoded row of a batch as its article's summary (sentences of tokens), with its id, reference and
+    article text."""
+    written = []
+    for i, (ids, n) in enumerate(zip(decoded.ids.tolist(), decoded.lengths.tolist())):
+        tokens = vocab.decode(ids[:n], batch.oovs[i])
+        written.append({"id": batch.ids[i], "summary": split_at_sentence_ends(tokens),
+                        "reference": batch.references[i], "article": batch.texts[i]})
+    return written
 
 
 def evaluate(hypotheses: list[list[list[str]]], references: list[list[list[str]]],

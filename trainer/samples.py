@@ -14,7 +14,11 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.loggers import WandbLogger
 
-from models.text.batch import Example
+from models.decoding import Decoded
+from models.text.batch import Batch, Example
+from rewards.base import RewardInput
+from rewards.repeats import repeated_ngram_counts
+from trainer.evaluate import as_text, decoded_summaries, evaluate
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +30,26 @@ def choose_articles(examples: Sequence[Example], count: int, seed: int) -> list[
     return sorted(random.Random(seed).sample(labelled, min(count, len(labelled))), key=lambda e: e.id)
 
 
+def sample_rows(module: pl.LightningModule, batch: Batch, decoded: Decoded) -> list[dict[str, Any]]:
+    """What the model writes for a labelled batch, one flat row per article: the reference; the greedy summary
+    (`decoded`, `validation_step`'s) with its length, repeated-trigram rate, ROUGE and the module's `metrics` (test
+    scales, as `score/<key>`) and, for a mixed run, its reward (as `val/reward` scores it) and weighted-sum terms."""
+    written = decoded_summaries(module.vocab, decoded, batch)
+    _, scores = evaluate([r["summary"] for r in written], [r["reference"] for r in written], module.metrics,
+                         device=module.device, sources=[r["article"] for r in written])
+    inputs = RewardInput.from_decoded(decoded.ids, decoded.lengths, batch, module.vocab)
+    repeats, trigrams = repeated_ngram_counts(decoded.ids, decoded.lengths, len(module.vocab) + batch.n_copy_oovs)
+    rewards = module.objective.row_rewards(inputs)
+    rows = []
+    for i, row in enumerate(written):
+        summary, reference = as_text([row["summary"], row["reference"]])
+        rows.append({"id": row["id"], "reference": reference, "summary": summary, "length": int(inputs.hyp_lens[i]),
+                     "repeated_trigrams": float(repeats[i]) / max(int(trigrams[i]), 1),
+                     # no metric's name is a field: the scores are score/<key>
+                     **{f"score/{key}": value for key, value in scores[i].items()}, **rewards[i]})
+    return rows
+
+
 def side_by_side(left: str, right: str, width: int = 58, left_lines: int = 6) -> str:
     """Two texts in two columns: the first `left_lines` lines of `left`, all of `right`."""
     columns = textwrap.wrap(left, width)[:left_lines], textwrap.wrap(right, width)
@@ -34,9 +58,9 @@ def side_by_side(left: str, right: str, width: int = 58, left_lines: int = 6) ->
 
 class ValidationSamples(pl.Callback):
     """At each validation (rank 0): `count` validation articles, chosen by `choose_articles`, with their greedy
-    decodes from `validation_step` scored by the module's `sample_rows` and, in a mixed run, one training sample each
-    (`training_samples`, drawn with a generator seeded by (`seed`, step): the training RNG never moves), written to
-    `<output_dir>/samples/step_<N>.jsonl`; a wandb logger gets them as the table `samples/step_<N>`. Logs the first
+    decodes from `validation_step` scored by `sample_rows` and, in a mixed run, one training sample each (its
+    objective's `training_samples`, drawn with a generator seeded by (`seed`, step): the training RNG never moves),
+    written to `<output_dir>/samples/step_<N>.jsonl`; a wandb logger gets them as the table `samples/step_<N>`. Logs the first
     article's start beside its greedy summary, and the seconds it took, of the validation's (to the run's log file
     only under `trainer.train`: conf/train.yaml)."""
 
@@ -57,7 +81,7 @@ class ValidationSamples(pl.Callback):
         ids = {e.id for e in self._chosen}
         picks = [i for i, article in enumerate(batch.ids) if article in ids] if dataloader_idx == 0 else []
         if picks:
-            self._rows += pl_module.sample_rows(batch.index_select(picks), outputs.rows(picks))
+            self._rows += sample_rows(pl_module, batch.index_select(picks), outputs.rows(picks))
         self._seconds += time.perf_counter() - start
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -68,7 +92,8 @@ class ValidationSamples(pl.Callback):
         generator = torch.Generator(device=pl_module.device).manual_seed(self.seed * 2**32 + step)
         batch = self._labelled_loader(trainer).collate_fn(self._chosen).to(pl_module.device)
         # (Lightning calls this hook with the model in eval mode and gradients off, as in validation_step)
-        drawn = {row["id"]: row for row in pl_module.training_samples(batch, generator)}
+        drawn = {row["id"]: row for row in pl_module.objective.training_samples(pl_module.model, pl_module.vocab,
+                                                                                   batch, generator)}
         rows = [{"step": step, **row, **drawn.get(row["id"], {})} for row in sorted(self._rows, key=lambda r: r["id"])]
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / f"step_{step}.jsonl"
