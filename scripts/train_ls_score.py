@@ -20,9 +20,10 @@ here are a CPU recipe that fits ~20 minutes on one thread: MiniLM, 128 article a
 embeddings and lower 4 of 6 layers frozen, as many articles as the time allows.
 
     python scripts/train_ls_score.py --threads 1 --articles 2536 --minutes 40   # ~30 minutes
-    python scripts/train_ls_score.py --threads 1 --articles 2536 --minutes 25 --l2sp 0.1 --select-by dev \
+    python scripts/train_ls_score.py --threads 1 --articles 2536 --minutes 25 --eval-every 50 --select-by dev \
+        --negatives deleted swapped dropped --alpha 0 --margin 0.1 --l2sp 0.1 \
         --dev ../shared/data/human/realsumm_cnndm.jsonl:litepyramid_recall ../shared/data/human/qags_xsum.jsonl:fact \
-              ../shared/data/human/chaganty2018_cnndm.jsonl:overall
+              ../shared/data/human/chaganty2018_cnndm.jsonl:overall     # content negatives: docs/GUIDE.md
     python -m trainer.train reward=ls_score ...                     # loads it from ~/.cache/sumrl/ls_score
 """
 from __future__ import annotations
@@ -45,8 +46,8 @@ from models.text.batch import Example  # noqa: E402
 from models.text.records import DataError, read_jsonl  # noqa: E402
 from models.text.vocab import split_at_sentence_ends  # noqa: E402
 from rewards.correlation import correlation  # noqa: E402
-from rewards.ls_score import (KINDS, PAPER_KINDS, LSConfig, LSScorer, Negatives, load_encoder, ranking_loss,  # noqa: E402
-                              tokenize_batch)
+from rewards.ls_score import (KINDS, PAPER_KINDS, LSConfig, LSScorer, Negatives, load_encoder,  # noqa: E402
+                              ranking_loss, tokenize_batch)
 from scripts.cli import command, load_splits, positive_int, seeded  # noqa: E402
 from trainer.sources import read_id_list  # noqa: E402
 
@@ -183,7 +184,10 @@ def step_batch(tokenizer, config: LSConfig, examples: list[Example], negatives: 
     return StepBatch(article[:2], tokenize_batch(tokenizer, texts, config.max_summary_tokens), negatives.kinds)
 
 
-def step_scores(scorer: LSScorer, batch: StepBatch) -> tuple[dict[str, torch.Tensor], dict[str, dict[str, torch.Tensor]]]:
+Scores = dict[str, torch.Tensor]  # L, S, LS of a block of summaries, each [B]
+
+
+def step_scores(scorer: LSScorer, batch: StepBatch) -> tuple[Scores, dict[str, Scores]]:
     """L, S, LS of each article's reference and of each of its negatives: ([B], {kind: [B]})."""
     article = scorer.encode(*batch.article)[1]  # [B, K]
     blocks = 1 + len(batch.kinds)
@@ -193,8 +197,7 @@ def step_scores(scorer: LSScorer, batch: StepBatch) -> tuple[dict[str, torch.Ten
     return parts[0], dict(zip(batch.kinds, parts[1:]))
 
 
-def drift(positive: dict[str, torch.Tensor], negatives: dict[str, dict[str, torch.Tensor]],
-          anchor: tuple[dict[str, torch.Tensor], dict[str, dict[str, torch.Tensor]]]) -> torch.Tensor:
+def drift(positive: Scores, negatives: dict[str, Scores], anchor: tuple[Scores, dict[str, Scores]]) -> torch.Tensor:
     """mean((S − S₀)²) over every summary of the step, S₀ the `anchor` scorer's (`step_scores` of the untrained)."""
     now = torch.cat([positive["S"]] + [negatives[kind]["S"] for kind in negatives])
     then = torch.cat([anchor[0]["S"]] + [anchor[1][kind]["S"] for kind in negatives])

@@ -97,7 +97,8 @@ def test_negatives():
     assert "repeated" not in built and Negatives().kinds == ("deleted", "shuffled", "inserted")
     # the fourth negative: the reference, then two of its own sentences again; the other three drawn as without it
     four = Negatives(delete_rate=0.5, repeat_sentences=2, kinds=("deleted", "shuffled", "inserted", "repeated"))
-    with_four, without = four(reference, article, random.Random(1)), Negatives(0.5)(reference, article, random.Random(1))
+    with_four = four(reference, article, random.Random(1))
+    without = Negatives(0.5)(reference, article, random.Random(1))
     assert four.kinds[-1] == "repeated" and {k: with_four[k] for k in without} == without
     words = with_four["repeated"].split()
     assert words[:8] == reference[0] + reference[1] and len(words) == 16
