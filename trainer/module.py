@@ -74,7 +74,7 @@ class SummarizationModule(pl.LightningModule):
         self.output_dir = Path(output_dir)
         self.max_nonfinite_steps, self._nonfinite_steps = max_nonfinite_steps, 0
         self.rouge_l = RougeL()
-        self._test_rows: list[dict] = []
+        self._test_summaries: list[dict] = []
         self.provenance: dict[str, Any] = {}  # the run's id and lineage (`trainer.train.provenance`), in checkpoints
         self.reading = dict(reading or {})  # how the data read its text (`data_reading`), in checkpoints
         if samples_to_log < 0:
@@ -149,7 +149,7 @@ class SummarizationModule(pl.LightningModule):
             values |= {"loss": self.model.mle_loss(batch, enc=enc)["loss"], "rouge_l": self.rouge_l(inputs).mean()}
         values |= self.objective.validation_values(inputs, labelled)
         if labelled and self.select_by == "test_metric" and self.objective.judged_by:
-            values["test_metric"], values["beam_length"] = self.test_metric(batch, enc)
+            values["test_metric"], values["beam_length"] = self.judged_score(batch, enc)
         where = "" if labelled else f"/{batch.domains[0]}"
         for key, value in values.items():
             # sync_dist: under DDP the checkpoint monitor must see the mean over all ranks, not rank 0's share
@@ -159,17 +159,18 @@ class SummarizationModule(pl.LightningModule):
 
     @property
     def metrics_at_test(self) -> dict[str, Reward]:
-        """What the test scores besides ROUGE: `metrics`, and a mixed run's own test metric (`test_metric`, else the
-        reward's name: the reward itself without the repeat penalty), so that its diagonal cell is always scored.
+        """What the test scores besides ROUGE: `metrics`, and the test metric a mixed run is judged by (its reward's
+        `judged_by`: by default the reward itself without the repeat penalty), so that its diagonal cell is always
+        scored.
         Where `metrics` lists that key already, its entry is the one scored, at validation too: what table4 shows."""
         key = self.objective.judged_by
         if key is None or key in ROUGE_KEYS or key in self.metrics:
             return self.metrics
         return self.metrics | {key: self.reward.unshaped}
 
-    def test_metric(self, batch: Batch, enc: Any) -> tuple[Tensor, Tensor]:
-        """The mean of the reward's test metric, scored as the test scores it, over the test decoder's summaries of a
-        labelled batch, and their mean length in tokens."""
+    def judged_score(self, batch: Batch, enc: Any) -> tuple[Tensor, Tensor]:
+        """The mean of the test metric the run is judged by (`judged_by`), scored as the test scores it, over the test
+        decoder's summaries of a labelled batch, and their mean length in tokens."""
         key = self.objective.judged_by
         written = decoded_summaries(self.vocab, beam_search(self.model, enc, **self.beam), batch)
         means, _ = evaluate([r["summary"] for r in written], [r["reference"] for r in written],
@@ -189,15 +190,15 @@ class SummarizationModule(pl.LightningModule):
         plain = decoded_summaries(self.vocab, greedy(self.model, enc, self.val_max_len), batch)
         for row, other, source in zip(written, plain, batch.sources):
             row["greedy"], row["lead3"] = other["summary"], split_at_sentence_ends(source)[:3]
-        self._test_rows.extend(written)
+        self._test_summaries.extend(written)
 
     def on_test_epoch_start(self) -> None:
-        self._test_rows = []
+        self._test_summaries = []
 
     def on_test_epoch_end(self) -> None:
         """Writes `summaries.jsonl` (per article: the beam summary with its scores, tokens and repeated-trigram share,
         the same of the greedy decode under `greedy`, and the lead-3) and `results.json` (their means)."""
-        results = write_test_files(self._test_rows, self.metrics_at_test, self.device, self.output_dir)
+        results = write_test_files(self._test_summaries, self.metrics_at_test, self.device, self.output_dir)
         for key, value in results.items():
             if key not in ("n", "greedy"):
                 self.log(f"test/{key}", value)
