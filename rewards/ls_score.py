@@ -118,7 +118,7 @@ def tokenize_batch(tokenizer, texts: list[str], max_tokens: int) -> tuple[Tensor
 
 # ---------------------------------------------------------------- training: negatives and loss
 PAPER_KINDS = ("deleted", "shuffled", "inserted")  # Wu et al.'s three (§3.4)
-KINDS = PAPER_KINDS + ("repeated", "swapped", "dropped")  # ours: a policy's repetition, content and facts
+KINDS = PAPER_KINDS + ("repeated", "swapped", "dropped", "foreign")  # ours: repetition, content and facts
 
 
 @dataclass
@@ -131,23 +131,28 @@ class Negatives:
     has (numbers first, then alphabetic non-stopwords) each replaced by another article word of the same sort that the
     reference lacks (a wrong fact in the article's own words, which a bag of words cannot tell apart); "dropped",
     the reference without its sentence sharing the most content words with the article (without its second half if
-    it has one sentence): less of the article's content."""
+    it has one sentence): less of the article's content; "foreign", `swap_words` of its words that the article has
+    each replaced by a word of `lexicon` that the article lacks (an unsupported fact, as XSum's hallucinations are)."""
 
     delete_rate: float = 0.2
     insert_sentences: int = 1
     repeat_sentences: int = 1
     swap_words: int = 2
     kinds: tuple[str, ...] = PAPER_KINDS
+    lexicon: tuple[str, ...] = ()  # content words a "foreign" negative draws from (the training references')
 
     def __post_init__(self):
         self.kinds = tuple(self.kinds)
         unknown = [kind for kind in self.kinds if kind not in KINDS]
         if unknown or not self.kinds:
             raise ValueError(f"negative kinds must be among {KINDS}, got {list(self.kinds)}")
+        if "foreign" in self.kinds and not self.lexicon:
+            raise ValueError("a 'foreign' negative needs a lexicon of words to draw from")
 
     def __call__(self, reference: list[list[str]], article: list[list[str]], rng: random.Random) -> dict[str, str]:
         build = {"deleted": self._deleted, "shuffled": self._shuffled, "inserted": self._inserted,
-                 "repeated": self._repeated, "swapped": self._swapped, "dropped": self._dropped}
+                 "repeated": self._repeated, "swapped": self._swapped, "dropped": self._dropped,
+                 "foreign": self._foreign}
         # drawn in KINDS order whatever `kinds` holds, so a kind's negative does not depend on the others asked for
         return {kind: " ".join(build[kind](reference, article, rng)) for kind in KINDS if kind in self.kinds}
 
@@ -190,6 +195,20 @@ class Negatives:
         supported = max(range(len(reference)), key=lambda i: len(set(reference[i]) & article_words))
         return [w for i, s in enumerate(reference) if i != supported for w in s]
 
+    def _foreign(self, reference, article, rng) -> list[str]:
+        words = [w for s in reference for w in s]
+        in_article = {w for s in article for w in s}
+        absent = [w for w in self.lexicon if w not in in_article]
+        swappable = [i for i, w in enumerate(words) if w in in_article and _sort(w) == "word"] if absent else []
+        for i in rng.sample(swappable, min(self.swap_words, len(swappable))):
+            words[i] = rng.choice(absent)
+        return words
+
+
+def lexicon(references: list[list[list[str]]]) -> tuple[str, ...]:
+    """The alphabetic non-stopwords of some references, sorted: what a "foreign" negative draws from."""
+    return tuple(sorted({w for reference in references for s in reference for w in s if _sort(w) == "word"}))
+
 
 def _most_shared(sentences: list[list[str]], sentence: list[str]) -> int:
     """Index of the sentence sharing the most distinct words with `sentence`."""
@@ -206,7 +225,8 @@ def _sort(word: str) -> str | None:
 # The kinds each hinge ranks the reference over, those of them the negatives have. "single" is Eq. 8 (every kind on
 # LS); "two" is the authors' code (L over the linguistic kinds, S over the content ones).
 HINGES = {"single": {"LS": KINDS},
-          "two": {"L": ("deleted", "shuffled", "repeated"), "S": ("deleted", "inserted", "swapped", "dropped")}}
+          "two": {"L": ("deleted", "shuffled", "repeated"),
+                  "S": ("deleted", "inserted", "swapped", "dropped", "foreign")}}
 
 
 def ranking_loss(positive: dict[str, Tensor], negatives: dict[str, dict[str, Tensor]], form: str = "single",

@@ -2,7 +2,8 @@ r"""Train LS-Score (Wu et al. 2020, `rewards/ls_score.py`) offline, without huma
 should outscore its negatives, built on the fly, under a margin ranking loss. `--negatives` chooses them (default:
 the paper's three, 20% of words deleted, words shuffled within sentences, an article sentence inserted, and a fourth
 of ours, the reference with one of its sentences repeated; docs/GUIDE.md has both measured); "swapped" (article
-words swapped in for the reference's) and "dropped" (its best-supported sentence dropped) are content negatives.
+words swapped in for the reference's), "dropped" (its best-supported sentence dropped) and "foreign" (words of other
+references that the article lacks swapped in) are content negatives.
 `--distill W` adds W·mean((S − S₀)²) over the step's summaries, S₀ the untrained encoder's cosine: the trained
 similarity is held near the one it starts from where the negatives do not pull it away.
 
@@ -46,7 +47,7 @@ from models.text.batch import Example  # noqa: E402
 from models.text.records import DataError, read_jsonl  # noqa: E402
 from models.text.vocab import split_at_sentence_ends  # noqa: E402
 from rewards.correlation import correlation  # noqa: E402
-from rewards.ls_score import (KINDS, PAPER_KINDS, LSConfig, LSScorer, Negatives, load_encoder,  # noqa: E402
+from rewards.ls_score import (KINDS, PAPER_KINDS, LSConfig, LSScorer, Negatives, lexicon, load_encoder,  # noqa: E402
                               ranking_loss, tokenize_batch)
 from scripts.cli import command, load_splits, positive_int, seeded  # noqa: E402
 from trainer.sources import read_id_list  # noqa: E402
@@ -74,7 +75,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="the negative kinds ranked below each reference")
     parser.add_argument("--repeat-sentences", type=positive_int, default=1,
                         help="sentences of its own a 'repeated' negative repeats")
-    parser.add_argument("--swap-words", type=positive_int, default=2, help="words a 'swapped' negative replaces")
+    parser.add_argument("--swap-words", type=positive_int, default=2,
+                        help="words a 'swapped' or 'foreign' negative replaces")
     parser.add_argument("--distill", type=float, default=0.0,
                         help="weight of mean((S − S_untrained)²) over the step's summaries (0: none)")
     parser.add_argument("--max-article-tokens", type=positive_int, default=128)
@@ -269,7 +271,7 @@ def main(argv: list[str] | None = None) -> None:
     trainable = frozen_below(scorer, args.train_layers)
     devs = [read_dev(spec, args.dev_rows, args.seed) for spec in args.dev]
     negatives = Negatives(args.delete_rate, args.insert_sentences, args.repeat_sentences, args.swap_words,
-                          tuple(args.negatives))
+                          tuple(args.negatives), lexicon([ex.reference for ex in train]))
     untrained = copy.deepcopy(scorer).eval().requires_grad_(False) if args.distill > 0 else None
     steps = args.epochs * math.ceil(len(train) / args.batch_size)
     pretrained = {p for p in scorer.encoder.parameters() if p.requires_grad}

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from models.text.batch import Example
 from models.text.vocab import Vocabulary
 from rewards.base import RewardInput
-from rewards.ls_score import LSScore, Negatives, load_scorer, ranking_loss, tokenize_batch
+from rewards.ls_score import LSScore, Negatives, lexicon, load_scorer, ranking_loss, tokenize_batch
 
 
 @pytest.fixture()
@@ -124,6 +124,16 @@ def test_content_negatives_swap_the_articles_words_numbers_first_and_drop_the_be
     dropped = Negatives(kinds=("dropped",))(reference, article, random.Random(0))["dropped"]
     assert dropped == "the van was robbed ."
     assert Negatives(kinds=("dropped",))(reference[:1], article, random.Random(0))["dropped"] == "police held"
+    # foreign: a word the article has (not "held", not a number) becomes a lexicon word the article lacks
+    foreign = Negatives(swap_words=1, kinds=("foreign",), lexicon=("men", "police", "robbed", "tiger", "van"))
+    for seed in range(5):
+        words = foreign(reference, article, random.Random(seed))["foreign"].split()
+        changed = [(a, b) for a, b in zip(reference[0] + reference[1], words) if a != b]
+        assert len(changed) == 1 and changed[0][0] in {"police", "men", "van", "robbed"} and changed[0][1] == "tiger"
+    assert lexicon([reference, [["The", "3", "tigers", "."]]]) == ("The", "held", "men", "police", "robbed", "tigers",
+                                                                    "van")
+    with pytest.raises(ValueError, match="needs a lexicon"):
+        Negatives(kinds=("foreign",))
 
 
 def reward_input(summaries: list[str], articles: list[str]) -> RewardInput:
@@ -173,11 +183,12 @@ def test_training_script_end_to_end_with_the_fourth_negative(tiny_qa_model, tmp_
     LSScore(str(output))  # the checkpoint loads as a reward
     # the content negatives alone, held toward the untrained cosine
     module.main(["--data", "data=demo", "data.train.n=120", f"cache_dir={tmp_path}", "--encoder", tiny_qa_model,
-                 "--held-out", str(held_out), "--output", str(output), "--negatives", "swapped", "dropped",
+                 "--held-out", str(held_out), "--output", str(output), "--negatives", "swapped", "dropped", "foreign",
                  "--distill", "1", "--articles", "8", "--batch-size", "4", "--eval-every", "2", "--val-articles", "4",
                  "--train-layers", "1"])
     card = json.loads((output / "training.json").read_text())
-    assert card["steps"] == 2 and {"swapped", "dropped"} <= set(card["best"]) and "deleted" not in card["best"]
+    assert card["steps"] == 2 and {"swapped", "dropped", "foreign"} <= set(card["best"])
+    assert "deleted" not in card["best"]
     assert "distilled toward the untrained cosine, weight 1.0" in (output / "README.md").read_text()
 
 
