@@ -26,11 +26,11 @@ from models.decoding import BlockRepeatedTrigrams, MinLength, beam_search, check
 from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
 from models.text.batch import Example, collate
 from models.text.records import DataError, atomic_write, csv_rows, jsonl_rows, numbered_lines
-from models.text.vocab import Vocabulary, split_at_sentence_ends
+from models.text.vocab import Vocabulary
 from scripts.cli import InputError, command, int_at_least, positive_int
 from trainer.checkpoints import CheckpointError, checkpoint_info, data_reading, load_weights
 from trainer.data import tokenize_records
-from trainer.evaluate import as_text
+from trainer.evaluate import as_text, decoded_summaries
 from trainer.sources import Fields, Record
 
 SUMMARIZER = f"{PointerGenerator.__module__}.{PointerGenerator.__qualname__}"
@@ -133,8 +133,7 @@ def summarize(model: PointerGenerator, vocab: Vocabulary, examples: list[Example
             batch = collate(chunk, vocab, reading["max_source_len"], reading["max_target_len"])
             batch = batch.to(model.embedding.weight.device)
             decoded = beam_search(model, model.encode(batch), **beam)
-            for i, (ids, n) in enumerate(zip(decoded.ids.tolist(), decoded.lengths.tolist())):
-                summaries.append(as_text([split_at_sentence_ends(vocab.decode(ids[:n], batch.oovs[i]))])[0])
+            summaries += as_text([row["summary"] for row in decoded_summaries(vocab, decoded, batch)])
             bar.update(len(chunk))
     return summaries
 

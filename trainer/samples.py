@@ -8,7 +8,7 @@ import textwrap
 import time
 from itertools import zip_longest
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import pytorch_lightning as pl
 import torch
@@ -20,6 +20,9 @@ from rewards.base import RewardInput
 from rewards.repeats import repeated_ngram_counts
 from trainer.evaluate import as_text, decoded_summaries, evaluate
 
+if TYPE_CHECKING:  # the module attaches this callback: a runtime import would be circular
+    from trainer.module import SummarizationModule
+
 log = logging.getLogger(__name__)
 
 
@@ -30,7 +33,7 @@ def choose_articles(examples: Sequence[Example], count: int, seed: int) -> list[
     return sorted(random.Random(seed).sample(labelled, min(count, len(labelled))), key=lambda e: e.id)
 
 
-def sample_rows(module: pl.LightningModule, batch: Batch, decoded: Decoded) -> list[dict[str, Any]]:
+def sample_rows(module: SummarizationModule, batch: Batch, decoded: Decoded) -> list[dict[str, Any]]:
     """What the model writes for a labelled batch, one flat row per article: the reference; the greedy summary
     (`decoded`, `validation_step`'s) with its length, repeated-trigram rate, ROUGE and the module's `metrics` (test
     scales, as `score/<key>`) and, for a mixed run, its reward (as `val/reward` scores it) and weighted-sum terms."""
@@ -60,8 +63,8 @@ class ValidationSamples(pl.Callback):
     """At each validation (rank 0): `count` validation articles, chosen by `choose_articles`, with their greedy
     decodes from `validation_step` scored by `sample_rows` and, in a mixed run, one training sample each (its
     objective's `training_samples`, drawn with a generator seeded by (`seed`, step): the training RNG never moves),
-    written to `<output_dir>/samples/step_<N>.jsonl`; a wandb logger gets them as the table `samples/step_<N>`. Logs the first
-    article's start beside its greedy summary, and the seconds it took, of the validation's (to the run's log file
+    written to `<output_dir>/samples/step_<N>.jsonl`; a wandb logger gets them as the table `samples/step_<N>`. Logs
+    the first article's start beside its greedy summary, and the seconds it took, of the validation's (to the run's log file
     only under `trainer.train`: conf/train.yaml)."""
 
     def __init__(self, count: int, seed: int, output_dir: str):
