@@ -101,6 +101,14 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
 positive_int = int_at_least(1)
 
 
+def non_negative_float(text: str) -> float:
+    """An argparse type: a float of at least 0 (a weight, where a negative one would reward what it penalises)."""
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {text}")
+    return value
+
+
 def add_config_dir_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config-dir", action="append", default=[], metavar="DIR",
                         help="a folder of your own configs (DIR/reward/NAME.yaml ...), searched before the shipped "

@@ -49,7 +49,7 @@ from models.text.vocab import split_at_sentence_ends  # noqa: E402
 from rewards.correlation import correlation  # noqa: E402
 from rewards.ls_score import (KINDS, PAPER_KINDS, LSConfig, LSScorer, Negatives, lexicon, load_encoder,  # noqa: E402
                               ranking_loss, tokenize_batch)
-from scripts.cli import command, load_splits, positive_int, seeded  # noqa: E402
+from scripts.cli import command, load_splits, non_negative_float, positive_int, seeded  # noqa: E402
 from trainer.sources import read_id_list  # noqa: E402
 
 HELD_OUT = "cnndm_see2017_test_heldout_overlap.tsv"
@@ -57,8 +57,9 @@ HELD_OUT = "cnndm_see2017_test_heldout_overlap.tsv"
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", nargs="*", default=["data=cnndm_sample"], metavar="OVERRIDE",
-                        help="Hydra overrides choosing the articles (default: data=cnndm_sample)")
+    parser.add_argument("--data", nargs="+", action="append", metavar="OVERRIDE",
+                        help="Hydra overrides choosing the articles (default: data=cnndm_sample); give --data again "
+                             "to pool another source's articles with them, up to --articles of each")
     parser.add_argument("--held-out", default=None,
                         help=f"ids never to train on (default: {HELD_OUT} in the data directory)")
     parser.add_argument("--output", default=os.path.join(os.environ.get("SUMRL_CACHE", "~/.cache/sumrl"), "ls_score"))
@@ -82,14 +83,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-article-tokens", type=positive_int, default=128)
     parser.add_argument("--max-summary-tokens", type=positive_int, default=64)
     parser.add_argument("--train-layers", type=int, default=2, help="top encoder layers trained (the rest frozen)")
-    parser.add_argument("--articles", type=positive_int, default=None, help="training articles, at most")
+    parser.add_argument("--articles", type=positive_int, default=None, help="training articles of each source, at most")
     parser.add_argument("--batch-size", type=positive_int, default=8, help="articles per step (4 summaries each)")
     parser.add_argument("--lr", type=float, default=5e-5)
     parser.add_argument("--epochs", type=positive_int, default=1)
     parser.add_argument("--minutes", type=float, default=20.0, help="stop training after this long")
     parser.add_argument("--eval-every", type=positive_int, default=100, help="steps between validations")
-    parser.add_argument("--val-articles", type=positive_int, default=200)
-    parser.add_argument("--l2sp", type=float, default=0.0,
+    parser.add_argument("--val-articles", type=positive_int, default=200, help="validation articles of each source")
+    parser.add_argument("--l2sp", type=non_negative_float, default=0.0,
                         help="weight of Σ‖θ − θ_pretrained‖² over the trained encoder weights (0: AdamW's decay)")
     parser.add_argument("--dev", nargs="*", default=[], metavar="PATH:FIELD",
                         help="human-judgment sets scored at each validation (Spearman of LS with FIELD)")
@@ -99,6 +100,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=positive_int, default=None)
     args = parser.parse_args(argv)
+    args.data = args.data or [["data=cnndm_sample"]]
     if args.select_by == "dev" and not args.dev:
         parser.error("--select-by dev needs --dev PATH:FIELD sets to score")
     return args
@@ -107,6 +109,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def usable(examples: list[Example], held_out: set[str]) -> list[Example]:
     """Articles with a reference, none of them held out (the data config drops them too: belt and braces)."""
     return [ex for ex in examples if ex.id not in held_out and ex.reference and ex.source]
+
+
+def articles(sources: list[list[str]], held_out_path: str | None, per_source: int | None, val_per_source: int,
+             rng: random.Random) -> tuple[list[Example], list[Example], set[str]]:
+    """(training, validation articles, held-out ids): up to `per_source` shuffled training articles of each data
+    config (`sources`: each one's Hydra overrides) and its first `val_per_source` validation ones, pooled; the
+    held-out ids (default: those of the first source's data directory) dropped from all of them."""
+    train, val, held_out = [], [], None
+    for overrides in sources:
+        splits, data_dir = load_splits(overrides)
+        if held_out is None:
+            held_out = read_id_list(held_out_path or Path(data_dir).expanduser() / HELD_OUT)
+        own = usable(splits["train"], held_out)
+        rng.shuffle(own)
+        train += own[:per_source]
+        val += usable(splits["val"], held_out)[:val_per_source]
+    if len(sources) > 1:  # one source keeps its own order: the single-source recipes reproduce
+        rng.shuffle(train)
+    return train, val, held_out
 
 
 @dataclass
@@ -256,11 +277,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     rng = seeded(args.threads, args.seed)
     began = time.time()
-    splits, data_dir = load_splits(args.data)
-    held_out = read_id_list(args.held_out or Path(data_dir).expanduser() / HELD_OUT)
-    train, val = usable(splits["train"], held_out), usable(splits["val"], held_out)[: args.val_articles]
-    rng.shuffle(train)
-    train = train[: args.articles]
+    train, val, held_out = articles(args.data, args.held_out, args.articles, args.val_articles, rng)
     print(f"{len(train):,} training and {len(val)} validation articles ({len(held_out):,} held-out ids excluded; "
           f"{time.time() - began:.0f} s)", flush=True)
 
@@ -345,8 +362,8 @@ Trained by `scripts/train_ls_score.py`: an encoder with an L head (mean token lo
 {", ".join(negatives.kinds)} (delete rate {args.delete_rate}, {args.insert_sentences} sentence(s) inserted, \
 {args.repeat_sentences} repeated, {args.swap_words} word(s) swapped){distilled}.
 
-- Data: `{' '.join(args.data)}`, train split, {len(held_out):,} held-out ids ({HELD_OUT}) excluded:
-  {card['articles_seen']:,} of {len(train):,} articles seen; validation: {len(val)} articles of the val split.
+- Data: {' + '.join(f"`{' '.join(source)}`" for source in args.data)}, train splits, {len(held_out):,} held-out ids ({HELD_OUT}) excluded:
+  {card['articles_seen']:,} of {len(train):,} articles seen; validation: {len(val)} articles of the val splits.
 - Recipe: encoder {args.encoder or 'all-MiniLM-L6-v2'}, top {args.train_layers} layers trained, article
   {args.max_article_tokens} / summary {args.max_summary_tokens} tokens, {args.batch_size} articles per step,
   AdamW lr {args.lr}{f", L2-SP {args.l2sp} toward the pretrained weights" if anchors else ""}; {step} steps.

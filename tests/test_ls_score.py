@@ -259,3 +259,24 @@ def test_training_can_keep_the_checkpoint_that_agrees_best_with_human_dev_judgme
     assert "chosen by mean dev Spearman" in readme and "L2-SP 0.1 toward the pretrained weights" in readme
     with pytest.raises(SystemExit):
         module.main(["--select-by", "dev"])
+    with pytest.raises(SystemExit):  # a negative weight would reward the drift it is there to penalise
+        module.parse_args(["--distill", "-1"])
+
+
+def test_sources_pool_up_to_their_cap_each_without_held_out_ids(tmp_path, monkeypatch):
+    module = importlib.import_module("scripts.train_ls_score")
+    split = lambda name, n: [Example(id=f"{name}{i}", source=["a", "."], reference=[["a"]]) for i in range(n)]  # noqa: E731
+    sources = {"A": {"train": split("a", 10), "val": split("av", 5)}, "B": {"train": split("b", 4), "val": split("bv", 1)}}
+    monkeypatch.setattr(module, "load_splits", lambda overrides: (sources[overrides[0]], str(tmp_path)))
+    held_out = tmp_path / "held_out.tsv"
+    held_out.write_text("id\na1\nb1\nav0\n")
+    train, val, excluded = module.articles([["A"], ["B"]], str(held_out), 3, 2, random.Random(0))
+    ids = [e.id for e in train]
+    assert excluded == {"a1", "b1", "av0"} and len(ids) == 6
+    assert sum(i.startswith("a") for i in ids) == 3 and sorted(i for i in ids if i.startswith("b")) == ["b0", "b2", "b3"]
+    assert [e.id for e in val] == ["av1", "av2", "bv0"]
+    # one source: shuffled and capped as before pooling existed, so single-source recipes reproduce
+    alone, _, _ = module.articles([["A"]], str(held_out), 3, 2, random.Random(0))
+    expected = [e for e in sources["A"]["train"] if e.id != "a1"]
+    random.Random(0).shuffle(expected)
+    assert [e.id for e in alone] == [e.id for e in expected[:3]]
