@@ -78,7 +78,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="sentences of its own a 'repeated' negative repeats")
     parser.add_argument("--swap-words", type=positive_int, default=2,
                         help="words a 'swapped' or 'foreign' negative replaces")
-    parser.add_argument("--distill", type=float, default=0.0,
+    parser.add_argument("--distill", type=non_negative_float, default=0.0,
                         help="weight of mean((S − S_untrained)²) over the step's summaries (0: none)")
     parser.add_argument("--max-article-tokens", type=positive_int, default=128)
     parser.add_argument("--max-summary-tokens", type=positive_int, default=64)
