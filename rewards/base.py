@@ -135,15 +135,15 @@ class Reward:
         self.__dict__["_display"] = value
 
     @property
-    def judged_by(self) -> str:
-        """The key of the test metric that a run trained with it is judged on: by default its name, the reward
-        itself scored on the test's text (ROUGE-L: rouge-score's `rougeL`)."""
-        return self.name
+    def judge(self) -> "Reward":
+        """The test metric a run trained with it is judged on: by default the reward itself, without any training-time
+        shaping (`RepeatPenalty`); ROUGE-L's is rouge-score's stemmed ROUGE-L on text (`rewards.rouge.RougeScore`)."""
+        return self
 
     @property
-    def unshaped(self) -> "Reward":
-        """The reward without its training-time shaping (`RepeatPenalty`): what the test scores. By default itself."""
-        return self
+    def judged_by(self) -> str:
+        """That test metric's key in the test's results and tables: its name."""
+        return self.judge.name
 
     def diagnostics(self) -> dict[str, float]:
         """What it says about its last call, logged as `train/reward/<key>` (LS-Score's L and S, QA's question

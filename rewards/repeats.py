@@ -30,7 +30,7 @@ def repeated_ngram_counts(ids: Tensor, lengths: Tensor, base: int, n: int = 3) -
 
 class RepeatPenalty(Reward):
     """`reward` times the share of the summary's trigrams that are not repeats. It is `reward` to the tables (name,
-    display, the test metric it is judged by) and its `unshaped` reward is `reward`: the test scores it unpenalised.
+    display) and its `judge` is `reward`'s: the test scores it unpenalised.
     Its last call's unpenalised values are a term, `unpenalized`, logged beside the penalised reward
     (`train/reward/unpenalized`)."""
 
@@ -53,12 +53,8 @@ class RepeatPenalty(Reward):
         return self.wrapped.display
 
     @property
-    def judged_by(self) -> str:
-        return self.wrapped.judged_by
-
-    @property
-    def unshaped(self) -> Reward:
-        return self.wrapped.unshaped
+    def judge(self) -> Reward:
+        return self.wrapped.judge
 
     def term_values(self) -> dict[str, Tensor]:
         unpenalized = {} if self._unpenalized is None else {"unpenalized": self._unpenalized}

@@ -1,4 +1,5 @@
-"""ROUGE as rewards, ROUGE-L (LCS F-measure) and ROUGE-N, on token ids: the batch's host copy (`RewardInput.host_ids`).
+"""ROUGE as rewards, ROUGE-L (LCS F-measure) and ROUGE-N, on token ids: the batch's host copy (`RewardInput.host_ids`);
+and ROUGE as the test measures it, rouge-score on text (`RougeScore`).
 
 The LCS lengths come from rapidfuzz's bit-parallel LCS (C++; Hyyrö 2004), one call per pair on the
 ids' host copy: 2x faster than the batched bit-parallel numpy LCS it replaced (scripts/bench_rewards.py).
@@ -7,14 +8,17 @@ for batches on a GPU, where every step would cost a kernel launch; the ids cross
 """
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from typing import Sequence
 
 import numpy as np
 import torch
 from rapidfuzz.distance import LCSseq
+from rouge_score import rouge_scorer
 from torch import Tensor
 
+from models.text.vocab import split_at_sentence_ends
 from rewards.base import Display, Reward, RewardInput
 
 
@@ -40,12 +44,16 @@ class RougeL(Reward):
 
     name = "rouge_l"
     display = Display("ROUGE-L", 100)
-    judged_by = "rougeL"  # what the test measures for it: rouge-score's ROUGE-L F on text, with stemming
     needs_reference = True
     sees_repeats = True  # a repeated phrase lowers the LCS precision (`rl.penalize_repeats=blind` leaves it alone)
 
     def __init__(self, beta: float = 1.0):
         self.beta = float(beta)
+
+    @property
+    def judge(self) -> Reward:
+        """What the test measures for it: rouge-score's ROUGE-L F on text, with stemming."""
+        return RougeScore("rougeL")
 
     def __call__(self, inputs: RewardInput) -> Tensor:
         host = inputs.host_ids()
@@ -90,6 +98,46 @@ class RougeN(Reward):
             f1 = 2 * precision * recall / (precision + recall) if match else 0.0
             values.append({"recall": recall, "precision": precision, "f1": f1}[self.measure])
         return torch.tensor(values, dtype=torch.float32, device=inputs.device)
+
+
+ROUGE_COLUMNS = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L", "rougeLsum": "ROUGE-Lsum"}
+
+
+@functools.lru_cache(maxsize=4096)
+def rouge_f_measures(reference: str, hypothesis: str) -> dict[str, float]:
+    """rouge-score's F of every `ROUGE_COLUMNS` key for one pair (Porter stemming), computed once for the four
+    `RougeScore` metrics that read it."""
+    scores = rouge_scorer_once().score(reference, hypothesis)
+    return {key: scores[key].fmeasure for key in ROUGE_COLUMNS}
+
+
+@functools.cache
+def rouge_scorer_once() -> rouge_scorer.RougeScorer:
+    """rouge-score's scorer, built once: each build logs a line ("Using default tokenizer") through absl."""
+    return rouge_scorer.RougeScorer(list(ROUGE_COLUMNS), use_stemmer=True)
+
+
+class RougeScore(Reward):
+    """ROUGE as the test measures it: rouge-score's F-measure of `key` (rouge1, rouge2, rougeL, rougeLsum), with
+    Porter stemming, on the summaries' text. rougeLsum sees their sentences on separate lines (ROUGE-1.5.5's
+    summary-level ROUGE-L), the hypothesis split at its sentence-final tokens, the reference as its sentences; rougeL
+    sees each as one sequence. We split sentences ourselves: rouge-score's splitter needs NLTK data that is offline
+    here. Float64, as rouge-score computes it; the papers print it ×100."""
+
+    needs_reference = True
+    sees_repeats = True
+
+    def __init__(self, key: str = "rougeL"):
+        if key not in ROUGE_COLUMNS:
+            raise ValueError(f"key must be one of {tuple(ROUGE_COLUMNS)}, got {key!r}")
+        self.name = key
+        self.display = Display(ROUGE_COLUMNS[key], 100)
+
+    def __call__(self, inputs: RewardInput) -> Tensor:
+        lines = lambda sentences: "\n".join(" ".join(s) for s in sentences)  # noqa: E731
+        values = [0.0 if ref is None else rouge_f_measures(lines(ref), lines(split_at_sentence_ends(hyp)))[self.name]
+                  for hyp, ref in zip(inputs.hyp_tokens(), inputs.batch.references)]
+        return torch.tensor(values, dtype=torch.float64, device=inputs.device)
 
 
 MULTI_REFERENCE = ("max", "all", "prob")

@@ -36,7 +36,6 @@ def hypothesis_tokens(sentences: list[list[str]]) -> list[str]:
     return tokens
 
 
-@torch.no_grad()
 def score_texts(rewards: Mapping[str, Reward], candidates: Sequence[str], references: Sequence[str | None],
                 sources: Sequence[str] | None = None, tokenizers: str | Mapping[str, str] = "treebank",
                 batch_size: int = 64, device: str | torch.device = "cpu") -> dict[str, list[float | None]]:
@@ -52,21 +51,36 @@ def score_texts(rewards: Mapping[str, Reward], candidates: Sequence[str], refere
         raise ValueError("candidates, references and sources must have the same length")
     scores: dict[str, list[float | None]] = {label: [] for label in rewards}
     for tokenizer in sorted(set(tokenizers[label] for label in rewards)):
-        labels = [label for label in rewards if tokenizers[label] == tokenizer]
-        hyps = [hypothesis_tokens(tokenize(c, tokenizer)) for c in candidates]
-        refs = [None if r is None else tokenize(r, tokenizer) for r in references]
-        srcs = None if sources is None else [[t for s in tokenize(x, tokenizer) for t in s] for x in sources]
-        words = {t for h in hyps for t in h}
-        words |= {t for r in refs if r for s in r for t in s}
-        words |= {t for x in srcs or [] for t in x}
-        vocab = Vocabulary(sorted(words))
-        for start in range(0, len(candidates), batch_size):
-            window = slice(start, start + batch_size)
-            inputs = RewardInput.from_texts(hyps[window], refs[window], vocab,
-                                            None if srcs is None else srcs[window], device=device,
-                                            source_texts=None if sources is None else list(sources[window]))
-            for label in labels:
-                values = rewards[label](inputs).float()
-                missing = not_applicable(rewards[label], values, inputs).tolist()
-                scores[label] += [None if m else v for v, m in zip(values.tolist(), missing)]
+        scores |= score_tokenized({label: r for label, r in rewards.items() if tokenizers[label] == tokenizer},
+                                  [tokenize(c, tokenizer) for c in candidates],
+                                  [None if r is None else tokenize(r, tokenizer) for r in references],
+                                  sources, tokenizer, batch_size, device)
+    return scores
+
+
+@torch.no_grad()
+def score_tokenized(rewards: Mapping[str, Reward], hypotheses: Sequence[list[list[str]]],
+                    references: Sequence[list[list[str]] | None], sources: Sequence[str] | None = None,
+                    source_tokenizer: str = "whitespace", batch_size: int = 64, device: str | torch.device = "cpu"
+                    ) -> dict[str, list[float | None]]:
+    """`score_texts` of summaries already split into sentences of tokens (`sources`: the articles' text, tokenized
+    with `source_tokenizer` for the rewards that read tokens). A vocabulary of every word being scored (nothing maps to
+    <unk>), not a model's: a reference is scored whole, where a batch's reference ids stop at its maximum length.
+    Values are float64: a float32 reward's exactly, and rouge-score's as it computes them."""
+    hyps = [hypothesis_tokens(h) for h in hypotheses]
+    srcs = None if sources is None else [[t for s in tokenize(x, source_tokenizer) for t in s] for x in sources]
+    words = {t for h in hyps for t in h}
+    words |= {t for r in references if r for s in r for t in s}
+    words |= {t for x in srcs or [] for t in x}
+    vocab = Vocabulary(sorted(words))
+    scores: dict[str, list[float | None]] = {label: [] for label in rewards}
+    for start in range(0, len(hyps), batch_size):
+        window = slice(start, start + batch_size)
+        inputs = RewardInput.from_texts(hyps[window], list(references[window]), vocab,
+                                        None if srcs is None else srcs[window], device=device,
+                                        source_texts=None if sources is None else list(sources[window]))
+        for label, reward in rewards.items():
+            values = reward(inputs).double()
+            missing = not_applicable(reward, values, inputs).tolist()
+            scores[label] += [None if m else v for v, m in zip(values.tolist(), missing)]
     return scores

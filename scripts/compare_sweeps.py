@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO))
 from models.text.records import csv_rows  # noqa: E402
 from scripts.cli import add_config_dir_argument, compose_rewards  # noqa: E402
 from scripts.table4 import LEVEL, Run, find_runs, format_interval, score_run  # noqa: E402
-from trainer.evaluate import ROUGE_KEYS  # noqa: E402
+from trainer.evaluate import TEST_ROUGE  # noqa: E402
 from trainer.significance import paired_bootstrap, paired_differences, pooled_bootstrap  # noqa: E402
 from trainer.tables import markdown_table  # noqa: E402
 
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
              if a_runs[key].test_metric}
     if not pairs:
         raise SystemExit("compare_sweeps: no run of --b has a namesake of the same seed in --a")
-    metric_names = sorted({a.test_metric for a, _ in pairs.values()} - set(ROUGE_KEYS))  # ROUGE is always scored
+    metric_names = sorted({a.test_metric for a, _ in pairs.values()} - set(TEST_ROUGE))  # every test scores these
     metrics = compose_rewards(metric_names, args.set, args.config_dir)
     by_name: dict[str, list[tuple[int | None, float, float, np.ndarray]]] = {}  # seed, A's mean, B's mean, B − A
     for (name, seed), (a, b) in pairs.items():

@@ -6,7 +6,8 @@ from rouge_score import rouge_scorer
 
 from models.text.vocab import Vocabulary
 from rewards.base import RewardInput
-from rewards.rouge import RougeL, lcs_lengths
+from rewards.rouge import RougeL, RougeScore, lcs_lengths
+from rewards.scoring import score_tokenized
 
 
 class WhitespaceTokenizer:
@@ -86,3 +87,20 @@ def test_rouge_l_stays_on_cuda():
     inputs = RewardInput.from_texts([["a", "b"]], [[["b", "a"]]], vocab, device="cuda")
     out = RougeL()(inputs)
     assert out.device.type == "cuda" and out.item() == pytest.approx(0.5)
+
+
+def test_the_tests_rouge_is_rouge_score_on_the_sentences_for_all_four_keys():
+    """The test's metric path (`score_tokenized`) gives rouge-score's own float64 F on the sentences, one per line for
+    rougeLsum: a hypothesis's sentences each find their own LCS, stemming matches cats to cat."""
+    hyps = [[["dogs", "ran", "."], ["the", "cats", "sat", "."]], [["a", "."], ["b", "."]], [["a", "b"]], []]
+    refs = [[["the", "cat", "sat", "on", "the", "mat", "."], ["dogs", "run", "fast", "."]], [["b", "a", "."]],
+            [["a", "c", "."]], [["x", "."]]]
+    keys = ("rouge1", "rouge2", "rougeL", "rougeLsum")
+    scores = score_tokenized({key: RougeScore(key) for key in keys}, hyps, refs)
+    scorer = rouge_scorer.RougeScorer(list(keys), use_stemmer=True)
+    for i, (hyp, ref) in enumerate(zip(hyps, refs)):
+        expected = scorer.score("\n".join(" ".join(s) for s in ref), "\n".join(" ".join(s) for s in hyp))
+        assert {key: scores[key][i] for key in keys} == {key: expected[key].fmeasure for key in keys}
+    assert scores["rougeLsum"][1] > scores["rougeL"][1] and scores["rouge1"][0] > 0  # one LCS per sentence
+    with pytest.raises(ValueError, match="rougeL"):
+        RougeScore("rouge3")

@@ -2,45 +2,25 @@
 a metric (the mover's similarities with exact EMD). Independent of the reward a model trained with."""
 from __future__ import annotations
 
-import functools
 import json
 import logging
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import torch
-from rouge_score import rouge_scorer
 
 from models.decoding import Decoded
 from models.text.batch import Batch
 from models.text.vocab import Vocabulary, split_at_sentence_ends
 from rewards.base import Reward
-from rewards.scoring import score_texts
+from rewards.rouge import ROUGE_COLUMNS, RougeScore
+from rewards.scoring import score_tokenized
 from trainer.tables import markdown_table
 
 log = logging.getLogger(__name__)
 
-ROUGE_COLUMNS = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L", "rougeLsum": "ROUGE-Lsum"}
-ROUGE_KEYS = tuple(ROUGE_COLUMNS)
+TEST_ROUGE = {key: RougeScore(key) for key in ROUGE_COLUMNS}  # what every test scores, first, whatever else it scores
 ROWS = {"mle": "MLE+Pgen (no reward)", "mixed": "Mixed w/ {reward}"}  # conf/train.yaml's `rows`
-
-
-@functools.cache
-def rouge_scorer_once() -> rouge_scorer.RougeScorer:
-    """rouge-score's scorer, built once: each build logs a line ("Using default tokenizer") through absl."""
-    return rouge_scorer.RougeScorer(list(ROUGE_KEYS), use_stemmer=True)
-
-
-def rouge_scores(hypotheses: list[list[list[str]]], references: list[list[list[str]]]) -> list[dict[str, float]]:
-    """ROUGE-1/2/L/Lsum F ×100 per example (rouge-score, Porter stemming). Summaries are sentences of
-    tokens; rougeLsum sees them newline-separated (ROUGE-1.5.5's summary-level ROUGE-L), rougeL as one
-    sequence. We split sentences ourselves: rouge-score's splitter needs NLTK data that is offline here."""
-    scorer = rouge_scorer_once()
-    out = []
-    for hyp, ref in zip(hypotheses, references):
-        scores = scorer.score("\n".join(" ".join(s) for s in ref), "\n".join(" ".join(s) for s in hyp))
-        out.append({k: 100 * scores[k].fmeasure for k in ROUGE_KEYS})
-    return out
 
 
 SHAPE_KEYS = ("tokens", "repeated_trigrams")
@@ -84,12 +64,11 @@ def evaluate(hypotheses: list[list[list[str]]], references: list[list[list[str]]
 
     A metric that does not apply to an example (None: e.g. a mover's similarity whose reference has no
     content word) leaves it out of that metric's mean, with a warning that counts such examples."""
-    per_example = rouge_scores(hypotheses, references)
-    scores = score_texts(metrics or {}, as_text(hypotheses), as_text(references), tokenizers="whitespace",
-                         device=device, sources=sources)
-    for name, values in scores.items():
+    scored = TEST_ROUGE | dict(metrics or {})
+    per_example: list[dict[str, float | None]] = [{} for _ in hypotheses]
+    for name, values in score_tokenized(scored, hypotheses, references, sources, device=device).items():
         for row, value in zip(per_example, values):
-            row[name] = None if value is None else metrics[name].display.scale * value
+            row[name] = None if value is None else scored[name].display.scale * value
     means = {}
     for key in per_example[0] if per_example else []:
         values = [r[key] for r in per_example if r[key] is not None]
@@ -128,11 +107,13 @@ def write_test_files(rows: list[dict], metrics: Mapping[str, Reward], device: to
 
 def columns(metrics: Mapping[str, Reward]) -> dict[str, str]:
     """Table headers of `evaluate`'s keys: ROUGE's, then each metric's own (`Display.column`), in that order. A metric
-    whose column is a ROUGE column's (the ROUGE-L reward's LCS F on tokens, beside rouge-score's stemmed ROUGE-L) is
-    headed "<column> (reward)": one name, one number."""
-    taken = set(ROUGE_COLUMNS.values())
-    return ROUGE_COLUMNS | {key: metric.display.column + (" (reward)" if metric.display.column in taken else "")
-                            for key, metric in metrics.items()}
+    whose column an earlier key's already is (the ROUGE-L reward's LCS F on tokens, beside rouge-score's stemmed
+    ROUGE-L) is headed "<column> (reward)": one name, one number."""
+    headers: dict[str, str] = {}
+    for key, metric in (TEST_ROUGE | dict(metrics)).items():
+        taken = metric.display.column in headers.values()
+        headers[key] = metric.display.column + (" (reward)" if taken else "")
+    return headers
 
 
 def table_record(reward: Reward | None, metrics: Mapping[str, Reward], rows: Mapping[str, str] = ROWS

@@ -18,7 +18,7 @@ from rewards.rouge import RougeL
 from trainer.baselines import Baseline
 from trainer.checkpoints import checkpoint_description
 from trainer.diagnostics import lead_copy_rate, repeated_ngram_rate
-from trainer.evaluate import (ROUGE_KEYS, SHAPE_KEYS, decoded_summaries, evaluate, mean_shape, summary_shape,
+from trainer.evaluate import (SHAPE_KEYS, decoded_summaries, evaluate, mean_shape, summary_shape,
                               write_test_files)
 from trainer.objectives import objective_for, sentence_end_ids
 from trainer.samples import ValidationSamples
@@ -148,7 +148,7 @@ class SummarizationModule(pl.LightningModule):
         if labelled:
             values |= {"loss": self.model.mle_loss(batch, enc=enc)["loss"], "rouge_l": self.rouge_l(inputs).mean()}
         values |= self.objective.validation_values(inputs, labelled)
-        if labelled and self.select_by == "test_metric" and self.objective.judged_by:
+        if labelled and self.select_by == "test_metric" and self.objective.judge is not None:
             values["test_metric"], values["beam_length"] = self.judged_score(batch, enc)
         where = "" if labelled else f"/{batch.domains[0]}"
         for key, value in values.items():
@@ -160,21 +160,18 @@ class SummarizationModule(pl.LightningModule):
     @property
     def metrics_at_test(self) -> dict[str, Reward]:
         """What the test scores besides ROUGE: `metrics`, and the test metric a mixed run is judged by (its reward's
-        `judged_by`: by default the reward itself without the repeat penalty), so that its diagonal cell is always
-        scored.
+        `judge`: by default the reward itself without the repeat penalty), so that its diagonal cell is always scored.
         Where `metrics` lists that key already, its entry is the one scored, at validation too: what table4 shows."""
-        key = self.objective.judged_by
-        if key is None or key in ROUGE_KEYS or key in self.metrics:
-            return self.metrics
-        return self.metrics | {key: self.reward.unshaped}
+        judge = self.objective.judge
+        return self.metrics if judge is None else {judge.name: judge} | self.metrics
 
     def judged_score(self, batch: Batch, enc: Any) -> tuple[Tensor, Tensor]:
-        """The mean of the test metric the run is judged by (`judged_by`), scored as the test scores it, over the test
+        """The mean of the test metric the run is judged by (`judge`), scored as the test scores it, over the test
         decoder's summaries of a labelled batch, and their mean length in tokens."""
-        key = self.objective.judged_by
+        key = self.objective.judge.name
         written = decoded_summaries(self.vocab, beam_search(self.model, enc, **self.beam), batch)
         means, _ = evaluate([r["summary"] for r in written], [r["reference"] for r in written],
-                            {} if key in ROUGE_KEYS else {key: self.metrics_at_test[key]}, device=self.device,
+                            {key: self.metrics_at_test[key]}, device=self.device,
                             sources=[r["article"] for r in written])
         length = mean_shape([summary_shape(r["summary"]) for r in written])["tokens"]
         # evaluate's mean leaves out rows the metric does not apply to

@@ -50,7 +50,7 @@ class MLE:
 
     stage = "mle"
     reward = None
-    judged_by = None  # no test metric of its own: the test scores ROUGE and `metrics`
+    judge = None  # no test metric of its own: the test scores ROUGE and `metrics`
 
     def loss(self, model: Summarizer, vocab: Vocabulary, batch: Batch, enc: Any, step: int, timer: Timer = untimed
              ) -> tuple[Tensor, dict[str, Any]]:
@@ -118,9 +118,9 @@ class SelfCritical:
         self.unlabelled_fraction = unlabelled_fraction
 
     @property
-    def judged_by(self) -> str:
-        """The test metric a run trained with this reward is judged on (`Reward.judged_by`)."""
-        return self.reward.judged_by
+    def judge(self) -> Reward:
+        """The test metric a run trained with this reward is judged on (`Reward.judge`)."""
+        return self.reward.judge
 
     def scores(self, inputs: RewardInput) -> tuple[Tensor, dict[str, Tensor]]:
         """The training reward of each decoded row (with the repeat penalty where the config wraps it in one:
