@@ -11,7 +11,7 @@ from rouge_score import rouge_scorer
 
 from conftest import run_config
 from models.decoding import greedy
-from rewards.base import Reward, WeightedSum
+from rewards.base import Reward, RewardInput, WeightedSum
 from rewards.rouge import RougeL
 from test_rl import tiny_module
 from test_scripts import load_script
@@ -93,13 +93,28 @@ class TokensPerHundred(Reward):
         return inputs.hyp_lens.float() / 100
 
 
+class CountedRougeL(RougeL):
+    """ROUGE-L, counting the rows of each call."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __call__(self, inputs):
+        self.calls.append(len(inputs.hyp))
+        return super().__call__(inputs)
+
+
 def test_sample_rows_score_the_greedy_summary_and_the_training_sample_leaves_the_rng_alone():
-    module, batch = tiny_module()
+    module, batch = tiny_module(reward=CountedRougeL())
     module.metrics = {"length": TokensPerHundred()}
     labelled = batch.index_select([i for i in range(len(batch)) if batch.has_reference[i]])
     module.model.eval()
+    module.val_max_len = 8
     with torch.no_grad():
-        rows = sample_rows(module, labelled, greedy(module.model, module.model.encode(labelled), 8))
+        rows = sample_rows(module, labelled, module.validation_step(labelled, 0))
+        assert module.reward.calls == [len(labelled)]  # validation scores the batch once; the samples reuse it
+        plain = greedy(module.model, module.model.encode(labelled), 8)
         state = torch.get_rng_state()
         draw = module.objective.training_samples
         drawn = draw(module.model, module.vocab, labelled, torch.Generator().manual_seed(0))
@@ -111,6 +126,13 @@ def test_sample_rows_score_the_greedy_summary_and_the_training_sample_leaves_the
         assert row["score/rougeL"] == pytest.approx(100 * reference)
         assert row["length"] == len(row["summary"].split())  # a metric of that name cannot overwrite it
         assert row["score/length"] == pytest.approx(len(row["summary"].split()) / 100)
+    tokens = [" ".join(module.vocab.decode(ids[:n], labelled.oovs[i])) for i, (ids, n) in
+              enumerate(zip(plain.ids.tolist(), plain.lengths.tolist()))]
+    assert [r["summary"].replace("\n", " ") for r in rows] == tokens  # the greedy decodes of validation
+    lcs = RougeL()  # the training reward, ROUGE-L's LCS F on the ids: "the cat sat ." is every reference
+    expected = lcs(RewardInput.from_texts([t.split() for t in tokens], [[["the", "cat", "sat", "."]]] * len(rows),
+                                          module.vocab))
+    assert [r["reward"] for r in rows] == pytest.approx(expected.tolist())
     assert [r["id"] for r in drawn] == labelled.ids and drawn == again
 
 

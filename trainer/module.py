@@ -21,7 +21,7 @@ from trainer.diagnostics import lead_copy_rate, repeated_ngram_rate
 from trainer.evaluate import (SHAPE_KEYS, decoded_summaries, evaluate, mean_shape, summary_shape,
                               write_test_files)
 from trainer.objectives import objective_for, sentence_end_ids
-from trainer.samples import ValidationSamples
+from trainer.samples import GreedyDecodes, ValidationSamples
 from trainer.timing import untimed
 
 log = logging.getLogger(__name__)
@@ -131,7 +131,7 @@ class SummarizationModule(pl.LightningModule):
         return None
 
     # ---------------------------------------------------------------- validation
-    def validation_step(self, batch: Batch, batch_idx: int, dataloader_idx: int = 0) -> Decoded:
+    def validation_step(self, batch: Batch, batch_idx: int, dataloader_idx: int = 0) -> GreedyDecodes:
         """Greedy decodes of the labelled validation sample log `val/<metric>`. A mixed run's unlabelled sample (its
         second loader, `dataloader_idx` 1: articles of one source, none with a reference) logs the metrics that need
         no reference as `val/<metric>/<source>`."""
@@ -147,7 +147,8 @@ class SummarizationModule(pl.LightningModule):
                                                len(self.vocab) + batch.n_copy_oovs)}
         if labelled:
             values |= {"loss": self.model.mle_loss(batch, enc=enc)["loss"], "rouge_l": self.rouge_l(inputs).mean()}
-        values |= self.objective.validation_values(inputs, labelled)
+        logged, rewards = self.objective.validation_values(inputs, labelled)
+        values |= logged
         if labelled and self.select_by == "test_metric" and self.objective.judge is not None:
             values["test_metric"], values["beam_length"] = self.judged_score(batch, enc)
         where = "" if labelled else f"/{batch.domains[0]}"
@@ -155,7 +156,7 @@ class SummarizationModule(pl.LightningModule):
             # sync_dist: under DDP the checkpoint monitor must see the mean over all ranks, not rank 0's share
             self.log(f"val/{key}{where}", value, batch_size=len(batch), prog_bar=labelled and key in ("loss", "reward"),
                      sync_dist=True, add_dataloader_idx=False)
-        return decoded  # the greedy decodes, for callbacks (`trainer.samples.ValidationSamples`)
+        return GreedyDecodes(decoded, rewards)  # for callbacks (`trainer.samples.ValidationSamples`)
 
     @property
     def metrics_at_test(self) -> dict[str, Reward]:

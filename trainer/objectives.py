@@ -59,13 +59,11 @@ class MLE:
             out = model.mle_loss(batch, enc=enc)
         return out["loss"], {"loss": out["loss"], "nll": out["nll"]}
 
-    def validation_values(self, inputs: RewardInput, labelled: bool) -> dict[str, Tensor]:
-        """What a validation batch logs besides the module's own values: nothing."""
-        return {}
-
-    def row_rewards(self, inputs: RewardInput) -> list[dict[str, float | None]]:
-        """Each summary's training reward and terms, for the samples: none."""
-        return [{} for _ in range(len(inputs.hyp))]
+    def validation_values(self, inputs: RewardInput, labelled: bool
+                          ) -> tuple[dict[str, Tensor], list[dict[str, float | None]]]:
+        """What a validation batch logs besides the module's own values, and each summary's reward for the samples:
+        nothing."""
+        return {}, [{} for _ in range(len(inputs.hyp))]
 
     def training_samples(self, model: Summarizer, vocab: Vocabulary, batch: Batch, generator: torch.Generator
                          ) -> list[dict[str, Any]]:
@@ -209,19 +207,17 @@ class SelfCritical:
             mle = model.mle_loss(batch, forced=forced)
         return mle, forced.log_probs[B:, : sampled.ids.size(1)]
 
-    def validation_values(self, inputs: RewardInput, labelled: bool) -> dict[str, Tensor]:
-        """The training reward of the greedy decodes (`val/reward`), the mean over the rows it applies to; on an
-        unlabelled sample only for a reward that needs no reference."""
-        if labelled or not self.reward.needs_reference:
-            return {"reward": self.scores(inputs)[0].nanmean()}
-        return {}
-
-    def row_rewards(self, inputs: RewardInput) -> list[dict[str, float | None]]:
-        """Each summary's training reward (as `val/reward` scores it) and weighted-sum terms, for the samples."""
+    def validation_values(self, inputs: RewardInput, labelled: bool
+                          ) -> tuple[dict[str, Tensor], list[dict[str, float | None]]]:
+        """The training reward of the greedy decodes (`val/reward`), the mean over the rows it applies to, and from
+        the same scoring each summary's reward and weighted-sum terms, for the samples; on an unlabelled sample only
+        for a reward that needs no reference."""
+        if not labelled and self.reward.needs_reference:
+            return {}, [{} for _ in range(len(inputs.hyp))]
         rewards, terms = self.scores(inputs)
-        return [{"reward": finite_or_none(float(rewards[i])),
-                 **{f"reward/{name}": finite_or_none(float(value[i])) for name, value in terms.items()}}
-                for i in range(len(rewards))]
+        columns = {"reward": rewards.tolist()} | {f"reward/{name}": value.tolist() for name, value in terms.items()}
+        rows = [{key: finite_or_none(values[i]) for key, values in columns.items()} for i in range(len(rewards))]
+        return {"reward": rewards.nanmean()}, rows
 
     def training_samples(self, model: Summarizer, vocab: Vocabulary, batch: Batch, generator: torch.Generator
                          ) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ import logging
 import random
 import textwrap
 import time
+from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
@@ -33,16 +34,28 @@ def choose_articles(examples: Sequence[Example], count: int, seed: int) -> list[
     return sorted(random.Random(seed).sample(labelled, min(count, len(labelled))), key=lambda e: e.id)
 
 
-def sample_rows(module: SummarizationModule, batch: Batch, decoded: Decoded) -> list[dict[str, Any]]:
+@dataclass
+class GreedyDecodes:
+    """What `validation_step` hands the callbacks: its greedy decodes of the batch and, from the one scoring that
+    `val/reward` logs, each summary's training reward and terms (empty dicts in an MLE run)."""
+
+    decoded: Decoded
+    rewards: list[dict[str, float | None]]
+
+    def rows(self, picks: list[int]) -> GreedyDecodes:
+        return GreedyDecodes(self.decoded.rows(picks), [self.rewards[i] for i in picks])
+
+
+def sample_rows(module: SummarizationModule, batch: Batch, greedy: GreedyDecodes) -> list[dict[str, Any]]:
     """What the model writes for a labelled batch, one flat row per article: the reference; the greedy summary
-    (`decoded`, `validation_step`'s) with its length, repeated-trigram rate, ROUGE and the module's `metrics` (test
-    scales, as `score/<key>`) and, for a mixed run, its reward (as `val/reward` scores it) and weighted-sum terms."""
+    (`validation_step`'s) with its length, repeated-trigram rate, ROUGE and the module's `metrics` (test scales, as
+    `score/<key>`) and, for a mixed run, its reward (as `val/reward` scored it) and weighted-sum terms."""
+    decoded, rewards = greedy.decoded, greedy.rewards
     written = decoded_summaries(module.vocab, decoded, batch)
     _, scores = evaluate([r["summary"] for r in written], [r["reference"] for r in written], module.metrics,
                          device=module.device, sources=[r["article"] for r in written])
     inputs = RewardInput.from_decoded(decoded.ids, decoded.lengths, batch, module.vocab)
     repeats, trigrams = repeated_ngram_counts(decoded.ids, decoded.lengths, len(module.vocab) + batch.n_copy_oovs)
-    rewards = module.objective.row_rewards(inputs)
     rows = []
     for i, row in enumerate(written):
         summary, reference = as_text([row["summary"], row["reference"]])
