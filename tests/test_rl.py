@@ -376,3 +376,25 @@ def test_the_repeat_penalty_keeps_the_unpenalised_reward_beside_the_penalised_on
     # trigrams abc bca cab abc: 1 of 4 repeats -> 0.6 × 3/4; abc alone: 0.3
     torch.testing.assert_close(penalty(inputs), torch.tensor([0.45, 0.3]))
     torch.testing.assert_close(penalty.term_values()["unpenalized"], torch.tensor([0.6, 0.3]))
+
+
+def test_the_test_scores_the_listed_metrics_in_their_order_and_the_judge_once():
+    """`metrics_at_test`: the listed metrics in their order (the columns a run prints), a judge already listed taking
+    its listed entry and place, another one after them; ROUGE-L's judge is the test's own ROUGE-L."""
+    class Named(Reward):
+        needs_reference = True
+
+        def __init__(self, name):
+            self.name = name
+
+        def __call__(self, inputs):
+            return inputs.hyp_lens.float()
+
+    listed = {key: Named(key) for key in ("wms", "sms", "s_wms")}
+    for reward, keys in ((Named("sms"), ["wms", "sms", "s_wms"]), (Named("len"), ["wms", "sms", "s_wms", "len"]),
+                         (RougeL(), ["wms", "sms", "s_wms", "rougeL"])):
+        module, _ = tiny_module(reward=reward)
+        module.metrics = dict(listed)
+        assert list(module.metrics_at_test) == keys
+        assert module.metrics_at_test["sms"] is listed["sms"]
+    assert type(module.metrics_at_test["rougeL"]).__name__ == "RougeScore"

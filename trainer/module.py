@@ -164,7 +164,9 @@ class SummarizationModule(pl.LightningModule):
         `judge`: by default the reward itself without the repeat penalty), so that its diagonal cell is always scored.
         Where `metrics` lists that key already, its entry is the one scored, at validation too: what table4 shows."""
         judge = self.objective.judge
-        return self.metrics if judge is None else {judge.name: judge} | self.metrics
+        if judge is None or judge.name in self.metrics:
+            return self.metrics
+        return self.metrics | {judge.name: judge}  # after them: the columns keep the order `metrics` gives
 
     def judged_score(self, batch: Batch, enc: Any) -> tuple[Tensor, Tensor]:
         """The mean of the test metric the run is judged by (`judge`), scored as the test scores it, over the test
