@@ -18,7 +18,7 @@ from rapidfuzz.distance import LCSseq
 from rouge_score import rouge_scorer
 from torch import Tensor
 
-from models.text.vocab import split_at_sentence_ends
+from models.text.vocab import as_text, split_at_sentence_ends
 from rewards.base import Display, Reward, RewardInput
 
 
@@ -134,8 +134,7 @@ class RougeScore(Reward):
         self.display = Display(ROUGE_COLUMNS[key], 100)
 
     def __call__(self, inputs: RewardInput) -> Tensor:
-        lines = lambda sentences: "\n".join(" ".join(s) for s in sentences)  # noqa: E731
-        values = [0.0 if ref is None else rouge_f_measures(lines(ref), lines(split_at_sentence_ends(hyp)))[self.name]
+        values = [0.0 if ref is None else rouge_f_measures(*as_text([ref, split_at_sentence_ends(hyp)]))[self.name]
                   for hyp, ref in zip(inputs.hyp_tokens(), inputs.batch.references)]
         return torch.tensor(values, dtype=torch.float64, device=inputs.device)
 

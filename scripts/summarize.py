@@ -26,11 +26,11 @@ from models.decoding import BlockRepeatedTrigrams, MinLength, beam_search, check
 from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
 from models.text.batch import Example, collate
 from models.text.records import DataError, atomic_write, csv_rows, jsonl_rows, numbered_lines
-from models.text.vocab import Vocabulary
+from models.text.vocab import Vocabulary, as_text
 from scripts.cli import InputError, command, int_at_least, positive_int
 from trainer.checkpoints import CheckpointError, checkpoint_info, data_reading, load_weights
 from trainer.data import tokenize_records
-from trainer.evaluate import as_text, decoded_summaries
+from trainer.evaluate import decoded_summaries
 from trainer.sources import Fields, Record
 
 SUMMARIZER = f"{PointerGenerator.__module__}.{PointerGenerator.__qualname__}"

@@ -33,7 +33,7 @@ from models.text.vectors import minilm_path  # noqa: E402
 from rewards.pretrained import load_pretrained  # noqa: E402
 from rewards.qa import MASK, ClozeQuestion, ClozeQuestions, ExtractiveQA, SalientSpans  # noqa: E402
 from scripts.cli import command, load_splits, positive_int, seeded  # noqa: E402
-from trainer.evaluate import as_text  # noqa: E402
+from models.text.vocab import as_text  # noqa: E402
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -11,7 +11,7 @@ import torch
 
 from models.decoding import Decoded
 from models.text.batch import Batch
-from models.text.vocab import Vocabulary, split_at_sentence_ends
+from models.text.vocab import Vocabulary, as_text, split_at_sentence_ends
 from rewards.base import Reward
 from rewards.rouge import ROUGE_COLUMNS, RougeScore
 from rewards.scoring import score_tokenized
@@ -37,11 +37,6 @@ def summary_shape(sentences: list[list[str]]) -> dict[str, float]:
 def mean_shape(shapes: list[dict[str, float]]) -> dict[str, float]:
     """The mean of each `summary_shape` key (none for no summaries)."""
     return {key: sum(s[key] for s in shapes) / len(shapes) for key in SHAPE_KEYS} if shapes else {}
-
-
-def as_text(summaries: list[list[list[str]]]) -> list[str]:
-    """Tokenized summaries as text: tokens joined by spaces, one sentence per line."""
-    return ["\n".join(" ".join(s) for s in summary) for summary in summaries]
 
 
 def decoded_summaries(vocab: Vocabulary, decoded: Decoded, batch: Batch) -> list[dict]:

@@ -10,7 +10,7 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from models.decoding import Decoded, StepProcessor, beam_search, check_beam_settings, greedy
+from models.decoding import StepProcessor, beam_search, check_beam_settings, greedy
 from models.text.batch import Batch
 from models.text.vocab import Vocabulary, split_at_sentence_ends
 from rewards.base import Reward, RewardInput, check_reward

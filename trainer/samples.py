@@ -17,9 +17,10 @@ from pytorch_lightning.loggers import WandbLogger
 
 from models.decoding import Decoded
 from models.text.batch import Batch, Example
+from models.text.vocab import as_text
 from rewards.base import RewardInput
 from rewards.repeats import repeated_ngram_counts
-from trainer.evaluate import as_text, decoded_summaries, evaluate
+from trainer.evaluate import decoded_summaries, evaluate
 
 if TYPE_CHECKING:  # the module attaches this callback: a runtime import would be circular
     from trainer.module import SummarizationModule

@@ -72,6 +72,11 @@ def split_at_sentence_ends(tokens: list[str]) -> list[list[str]]:
     return sentences
 
 
+def as_text(summaries: list[list[list[str]]]) -> list[str]:
+    """Tokenized summaries as text: tokens joined by spaces, one sentence per line."""
+    return ["\n".join(" ".join(s) for s in summary) for summary in summaries]
+
+
 def ensure_final_period(sentences: list[list[str]]) -> list[list[str]]:
     """End every summary sentence with a sentence-final token so that decoded summaries can be split."""
     return [s if s[-1] in SENTENCE_END else s + ["."] for s in sentences if s]
