@@ -2,7 +2,9 @@
 
   - L (linguistic, Eq. 5-6): a vocabulary head W1·σ(W0·H) over the summary's encoded tokens; L is the mean
     log-probability of each token at its own position (special tokens and pads never count);
-  - S (semantic, Eq. 1-4): the cosine between the pooled encodings (cls | mean) of the article and the summary;
+  - S (semantic, Eq. 1-4): the cosine between the pooled encodings (cls | mean) of the article and the summary, or
+    (`similarity`, ours) the precision, recall or F1 of their greedy token alignment, as BERTScore aligns a
+    candidate with a reference (`aligned`);
   - LS = α·L + β·S (Eq. 7; the paper fixes α = 0.01, β = 1).
 
 `LSScorer` is the model (any transformers encoder is injected); `Negatives` perturbs a reference into the three
@@ -14,6 +16,7 @@ Trained offline by `scripts/train_ls_score.py`.
 from __future__ import annotations
 
 import random
+from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -37,10 +40,32 @@ class LSConfig:
     beta: float = 1.0  # weight of S
     max_article_tokens: int = 256
     max_summary_tokens: int = 128
+    similarity: str = "cosine"  # S: cosine of the pooled encodings, or precision | recall | f1 of token alignment
 
     def __post_init__(self):
         if self.pooling not in ("cls", "mean"):
             raise ValueError(f"pooling must be 'cls' or 'mean', got {self.pooling!r}")
+        if self.similarity not in SIMILARITIES:
+            raise ValueError(f"similarity must be one of {SIMILARITIES}, got {self.similarity!r}")
+
+
+SIMILARITIES = ("cosine", "precision", "recall", "f1")
+
+
+def aligned(summary: Tensor, summary_real: Tensor, article: Tensor, article_real: Tensor) -> dict[str, Tensor]:
+    """Greedy token alignment (BERTScore's, Zhang et al. 2020) of summary states [B, N, K] with article states
+    [B, M, K], over their real tokens ([B, N], [B, M] masks): precision is the mean over summary tokens of the best
+    cosine with an article token (what the article supports), recall the converse (what of the article is covered),
+    f1 their harmonic mean. P and R below 0 count as 0; all three are 0 where either side has no token. Each [B]."""
+    sim = F.normalize(summary, dim=-1) @ F.normalize(article, dim=-1).transpose(1, 2)  # [B, N, M]
+    sim = sim.masked_fill(~(summary_real.unsqueeze(2) & article_real.unsqueeze(1)), -2.0)  # below every cosine
+    s_real, a_real = summary_real.to(sim.dtype), article_real.to(sim.dtype)
+    P = ((sim.max(2).values * s_real).sum(1) / s_real.sum(1).clamp(min=1)).clamp(min=0)
+    R = ((sim.max(1).values * a_real).sum(1) / a_real.sum(1).clamp(min=1)).clamp(min=0)
+    f1 = 2 * P * R / (P + R).clamp(min=1e-12)
+    both = summary_real.any(1) & article_real.any(1)
+    return {name: torch.where(both, value, torch.zeros_like(value))
+            for name, value in (("precision", P), ("recall", R), ("f1", f1))}
 
 
 class LSScorer(nn.Module):
@@ -72,11 +97,25 @@ class LSScorer(nn.Module):
         counted = counted.to(logp.dtype)
         return (logp * counted).sum(1) / counted.sum(1).clamp(min=1)
 
-    def forward(self, ids: Tensor, mask: Tensor, counted: Tensor, article: Tensor) -> dict[str, Tensor]:
-        """Scores of summaries ids/mask [B, N] against pooled article vectors [B, K]: L, S and LS, each [B]."""
+    def article(self, ids: Tensor, mask: Tensor, counted: Tensor) -> tuple[Tensor, Tensor]:
+        """What S compares summaries with, (vectors [B, M, K], real [B, M]): the pooled encoding (M = 1) for the
+        cosine, the token states and the counted tokens for the aligned forms."""
+        H, pooled = self.encode(ids, mask)
+        if self.config.similarity == "cosine":
+            return pooled.unsqueeze(1), torch.ones(len(pooled), 1, dtype=torch.bool, device=pooled.device)
+        return H, counted
+
+    def forward(self, ids: Tensor, mask: Tensor, counted: Tensor, article: tuple[Tensor, Tensor]
+                ) -> dict[str, Tensor]:
+        """Scores of summaries ids/mask [B, N] against their articles (`article()`'s vectors and real mask): L, S
+        and LS, each [B]."""
         H, pooled = self.encode(ids, mask)
         L = self.linguistic(H, ids, counted)
-        S = F.cosine_similarity(pooled, article, dim=-1)
+        vectors, real = article
+        if self.config.similarity == "cosine":
+            S = F.cosine_similarity(pooled, vectors[:, 0], dim=-1)
+        else:
+            S = aligned(H, counted, vectors, real)[self.config.similarity]
         return {"L": L, "S": S, "LS": self.config.alpha * L + self.config.beta * S}
 
     def save(self, directory: str | Path, card: dict | None = None) -> None:
@@ -250,34 +289,48 @@ class LSScore(Reward):
     """LS-Score as a reward (reference-free): the frozen scorer of `checkpoint` (None: the untrained encoder, whose
     S is the plain encoder cosine). Set α = 0 for S alone. Not a submodule of the summarizer: it follows its inputs'
     device, runs under `inference_mode`; each article's pooled encoding is computed once and cached. An empty summary
-    has no token to count: its L is 0 and its S the cosine of the bare [CLS] [SEP] encoding."""
+    has no token to count: its L is 0 and its S the cosine of the bare [CLS] [SEP] encoding (0 in the aligned forms).
+    The cache keeps the `cached_articles` most recently used (an aligned form keeps every token state)."""
 
     needs_reference = False
 
     def __init__(self, checkpoint: str | None = None, name: str = "ls_score", batch_size: int = 64,
-                 column: str | None = None, **overrides):
+                 column: str | None = None, cached_articles: int = 2048, **overrides):
         self.tokenizer, self.scorer = load_scorer(checkpoint, **overrides)
         self.scorer.eval().requires_grad_(False)
         self.name, self.batch_size = name, batch_size
         self.display = Display(column or name, reads_article=True)
-        self._articles: dict[tuple[str, int], Tensor] = {}
+        self._articles: OrderedDict[tuple[str, int], Tensor] = OrderedDict()  # each article's real vectors [m, K]
+        self.cached_articles = cached_articles
         self._diagnostics: dict[str, float] = {}
 
     def diagnostics(self) -> dict[str, float]:
         return self._diagnostics
 
-    def article_vectors(self, ids: list[str], texts: list[str], device: torch.device) -> Tensor:
-        """Pooled article encodings [B, K], cached by (id, text) (scoring calls may reuse ids for other articles)."""
+    def article_vectors(self, ids: list[str], texts: list[str], device: torch.device) -> tuple[Tensor, Tensor]:
+        """The articles as `LSScorer.article` gives them, (vectors [B, M, K], real [B, M]), cached by (id, text)
+        (scoring calls may reuse ids for other articles)."""
         keys = [(i, hash(t)) for i, t in zip(ids, texts)]
         missing = list(dict.fromkeys(k for k in keys if k not in self._articles))
         text_of = dict(zip(keys, texts))
+        found = {k: self._articles[k] for k in keys if k in self._articles}
         for start in range(0, len(missing), self.batch_size):
             chunk = missing[start:start + self.batch_size]
-            ids_, mask, _ = tokenize_batch(self.tokenizer, [text_of[k] for k in chunk],
-                                           self.scorer.config.max_article_tokens)
-            pooled = self.scorer.encode(ids_.to(device), mask.to(device))[1]
-            self._articles.update(zip(chunk, pooled))
-        return torch.stack([self._articles[k].to(device) for k in keys])
+            ids_, mask, counted = tokenize_batch(self.tokenizer, [text_of[k] for k in chunk],
+                                                 self.scorer.config.max_article_tokens)
+            vectors, real = self.scorer.article(ids_.to(device), mask.to(device), counted.to(device))
+            found.update((k, v[r]) for k, v, r in zip(chunk, vectors, real))
+        for k in keys:  # least recently used last out
+            self._articles[k] = found[k]
+            self._articles.move_to_end(k)
+        while len(self._articles) > self.cached_articles:
+            self._articles.popitem(last=False)
+        rows = [found[k] for k in keys]
+        vectors = rows[0].new_zeros(len(rows), max(1, *map(len, rows)), rows[0].size(-1))  # an empty article: 1 pad
+        real = torch.zeros(vectors.shape[:2], dtype=torch.bool)
+        for i, row in enumerate(rows):
+            vectors[i, :len(row)], real[i, :len(row)] = row, True
+        return vectors.to(device), real.to(device)
 
     @torch.inference_mode()
     def __call__(self, inputs: RewardInput) -> Tensor:

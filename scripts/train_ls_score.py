@@ -4,7 +4,7 @@ the paper's three, 20% of words deleted, words shuffled within sentences, an art
 of ours, the reference with one of its sentences repeated; docs/GUIDE.md has both measured); "swapped" (article
 words swapped in for the reference's), "dropped" (its best-supported sentence dropped) and "foreign" (words of other
 references that the article lacks swapped in) are content negatives.
-`--distill W` adds W·mean((S − S₀)²) over the step's summaries, S₀ the untrained encoder's cosine: the trained
+`--distill W` adds W·mean((S − S₀)²) over the step's summaries, S₀ the untrained encoder's: the trained
 similarity is held near the one it starts from where the negatives do not pull it away.
 
 Articles come from the shared CNN/DM sample through `conf/data/cnndm_sample.yaml`: train split only, and every id of
@@ -47,8 +47,8 @@ from models.text.batch import Example  # noqa: E402
 from models.text.records import DataError, read_jsonl  # noqa: E402
 from models.text.vocab import split_at_sentence_ends  # noqa: E402
 from rewards.correlation import correlation  # noqa: E402
-from rewards.ls_score import (KINDS, PAPER_KINDS, LSConfig, LSScorer, Negatives, lexicon, load_encoder,  # noqa: E402
-                              ranking_loss, tokenize_batch)
+from rewards.ls_score import (KINDS, PAPER_KINDS, SIMILARITIES, LSConfig, LSScorer, Negatives, lexicon,  # noqa: E402
+                              load_encoder, ranking_loss, tokenize_batch)
 from scripts.cli import command, load_splits, non_negative_float, positive_int, seeded  # noqa: E402
 from trainer.sources import read_id_list  # noqa: E402
 
@@ -64,7 +64,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"ids never to train on (default: {HELD_OUT} in the data directory)")
     parser.add_argument("--output", default=os.path.join(os.environ.get("SUMRL_CACHE", "~/.cache/sumrl"), "ls_score"))
     parser.add_argument("--encoder", default="", help="local directory or hub name (default: all-MiniLM-L6-v2)")
-    parser.add_argument("--pooling", choices=("cls", "mean"), default="mean")
+    parser.add_argument("--pooling", choices=("cls", "mean"), default="mean", help="the cosine's pooled encodings")
+    parser.add_argument("--similarity", choices=SIMILARITIES, default="cosine",
+                        help="S: the cosine of pooled encodings, or the precision, recall or F1 of the summary's "
+                             "greedy token alignment with the article (BERTScore's)")
     parser.add_argument("--alpha", type=float, default=0.01)
     parser.add_argument("--beta", type=float, default=1.0)
     parser.add_argument("--loss", choices=("single", "two"), default="single",
@@ -163,8 +166,8 @@ def dev_correlations(scorer: LSScorer, tokenizer, devs: list[DevSet], batch_size
     for dev in devs:
         scores = []
         for i in range(0, len(dev.summaries), batch_size):
-            ids, mask, _ = tokenize_batch(tokenizer, dev.articles[i:i + batch_size], scorer.config.max_article_tokens)
-            article = scorer.encode(ids, mask)[1]
+            article = scorer.article(*tokenize_batch(tokenizer, dev.articles[i:i + batch_size],
+                                                     scorer.config.max_article_tokens))
             ids, mask, counted = tokenize_batch(tokenizer, dev.summaries[i:i + batch_size],
                                                 scorer.config.max_summary_tokens)
             scores += scorer(ids, mask, counted, article)["LS"].tolist()
@@ -190,9 +193,9 @@ def frozen_below(scorer: LSScorer, train_layers: int) -> list[torch.nn.Parameter
 @dataclass
 class StepBatch:
     """A step's tokenized articles [B, N] and summaries [(1 + kinds)·B, M]: the references' block, then one block
-    per negative kind, in `kinds` order."""
+    per negative kind, in `kinds` order. Each is ids, attention mask and counted mask (`tokenize_batch`)."""
 
-    article: tuple[torch.Tensor, torch.Tensor]
+    article: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     summaries: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     kinds: tuple[str, ...]
 
@@ -204,7 +207,7 @@ def step_batch(tokenizer, config: LSConfig, examples: list[Example], negatives: 
     built = [negatives(ex.reference, split_at_sentence_ends(ex.source), rng) for ex in examples]
     texts = references + [b[kind] for kind in negatives.kinds for b in built]
     article = tokenize_batch(tokenizer, [" ".join(ex.source) for ex in examples], config.max_article_tokens)
-    return StepBatch(article[:2], tokenize_batch(tokenizer, texts, config.max_summary_tokens), negatives.kinds)
+    return StepBatch(article, tokenize_batch(tokenizer, texts, config.max_summary_tokens), negatives.kinds)
 
 
 Scores = dict[str, torch.Tensor]  # L, S, LS of a block of summaries, each [B]
@@ -212,10 +215,10 @@ Scores = dict[str, torch.Tensor]  # L, S, LS of a block of summaries, each [B]
 
 def step_scores(scorer: LSScorer, batch: StepBatch) -> tuple[Scores, dict[str, Scores]]:
     """L, S, LS of each article's reference and of each of its negatives: ([B], {kind: [B]})."""
-    article = scorer.encode(*batch.article)[1]  # [B, K]
+    vectors, real = scorer.article(*batch.article)  # [B, M, K], [B, M]
     blocks = 1 + len(batch.kinds)
-    out = scorer(*batch.summaries, article.repeat(blocks, 1))
-    B = len(article)
+    out = scorer(*batch.summaries, (vectors.repeat(blocks, 1, 1), real.repeat(blocks, 1)))
+    B = len(vectors)
     parts = [{k: v[i * B:(i + 1) * B] for k, v in out.items()} for i in range(blocks)]
     return parts[0], dict(zip(batch.kinds, parts[1:]))
 
@@ -282,7 +285,7 @@ def main(argv: list[str] | None = None) -> None:
           f"{time.time() - began:.0f} s)", flush=True)
 
     config = LSConfig(encoder=args.encoder, pooling=args.pooling, alpha=args.alpha, beta=args.beta,
-                      max_article_tokens=args.max_article_tokens, max_summary_tokens=args.max_summary_tokens)
+                      similarity=args.similarity, max_article_tokens=args.max_article_tokens, max_summary_tokens=args.max_summary_tokens)
     tokenizer, encoder = load_encoder(config.encoder)
     scorer = LSScorer(encoder, config)
     trainable = frozen_below(scorer, args.train_layers)
@@ -353,11 +356,14 @@ def main(argv: list[str] | None = None) -> None:
             "train_articles": len(train), "val_articles": len(val), "held_out_ids": len(held_out),
             "train_seconds": round(train_seconds), "wall_seconds": round(wall), "settings": settings}
     (output / "training.json").write_text(json.dumps(card, indent=2) + "\n")
-    distilled = f"; distilled toward the untrained cosine, weight {args.distill}" if untrained is not None else ""
+    similarity_text = (f"the cosine of the article's and the summary's {args.pooling}-pooled encodings"
+                       if args.similarity == "cosine" else f"the {args.similarity} of the summary's greedy token "
+                       "alignment with the article")
+    distilled = f"; distilled toward the untrained S, weight {args.distill}" if untrained is not None else ""
     (output / "README.md").write_text(f"""# LS-Score evaluator (Wu et al. 2020) for sumrl
 
-Trained by `scripts/train_ls_score.py`: an encoder with an L head (mean token log-probability) and an S cosine
-(article vs summary, {args.pooling} pooling), LS = {args.alpha}·L + {args.beta}·S, under a margin ranking loss
+Trained by `scripts/train_ls_score.py`: an encoder with an L head (mean token log-probability) and an S
+({similarity_text}), LS = {args.alpha}·L + {args.beta}·S, under a margin ranking loss
 ("{args.loss}", margin {args.margin}) of each reference over its negatives built on the fly: \
 {", ".join(negatives.kinds)} (delete rate {args.delete_rate}, {args.insert_sentences} sentence(s) inserted, \
 {args.repeat_sentences} repeated, {args.swap_words} word(s) swapped){distilled}.

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from models.text.batch import Example
 from models.text.vocab import Vocabulary
 from rewards.base import RewardInput
-from rewards.ls_score import LSScore, Negatives, lexicon, load_scorer, ranking_loss, tokenize_batch
+from rewards.ls_score import LSScore, Negatives, aligned, lexicon, load_scorer, ranking_loss, tokenize_batch
 
 
 @pytest.fixture()
@@ -27,11 +27,12 @@ def test_l_is_the_mean_log_probability_of_real_tokens_and_pads_never_count(score
     scorer, tokenizer = scorer_and_tokenizer
     texts = ["the cat sat", "police said the president of france visited berlin on monday"]
     ids, mask, counted = tokenize_batch(tokenizer, texts, 64)
-    article = torch.randn(2, scorer.encoder.config.hidden_size)
+    vectors = torch.randn(2, 1, scorer.encoder.config.hidden_size)  # pooled articles, as LSScorer.article gives them
+    article = vectors, torch.ones(2, 1, dtype=torch.bool)
     with torch.no_grad():
         batch = scorer(ids, mask, counted, article)
         alone_ids, alone_mask, alone_counted = tokenize_batch(tokenizer, texts[:1], 64)  # no padding at all
-        alone = scorer(alone_ids, alone_mask, alone_counted, article[:1])
+        alone = scorer(alone_ids, alone_mask, alone_counted, (vectors[:1], article[1][:1]))
         # by hand: Eq. 5-6 over the tokens between [CLS] and [SEP]
         H = scorer.encoder(input_ids=alone_ids, attention_mask=alone_mask).last_hidden_state[0]
         W = scorer.encoder.get_input_embeddings().weight
@@ -46,18 +47,53 @@ def test_l_is_the_mean_log_probability_of_real_tokens_and_pads_never_count(score
 def test_s_is_the_cosine_of_pooled_encodings_and_ls_their_weighted_sum(scorer_and_tokenizer):
     scorer, tokenizer = scorer_and_tokenizer
     ids, mask, counted = tokenize_batch(tokenizer, ["the cat sat on the mat", "a dog"], 64)
-    article = torch.randn(2, scorer.encoder.config.hidden_size)
+    vectors = torch.randn(2, 1, scorer.encoder.config.hidden_size)
+    article = vectors, torch.ones(2, 1, dtype=torch.bool)
     with torch.no_grad():
         out = scorer(ids, mask, counted, article)
         H = scorer.encoder(input_ids=ids[1:, :4], attention_mask=mask[1:, :4]).last_hidden_state[0]  # "a dog": 4
         mean = H.mean(0)  # the mean over its real tokens only ([CLS] a dog [SEP])
-        expected = torch.dot(mean, article[1]) / (mean.norm() * article[1].norm())
+        expected = torch.dot(mean, vectors[1, 0]) / (mean.norm() * vectors[1, 0].norm())
         scorer.config.pooling = "cls"
         cls = scorer(ids, mask, counted, article)["S"][1]
     assert int(mask[1].sum()) == 4
     assert float(out["S"][1]) == pytest.approx(float(expected), abs=1e-5)
-    assert float(cls) == pytest.approx(float(F.cosine_similarity(H[0], article[1], dim=0)), abs=1e-5)
+    assert float(cls) == pytest.approx(float(F.cosine_similarity(H[0], vectors[1, 0], dim=0)), abs=1e-5)
     assert torch.allclose(out["LS"], 0.5 * out["L"] + 2.0 * out["S"])
+
+
+def test_aligned_similarity_is_greedy_token_matching_by_hand():
+    # summary tokens a = (1, 0), b = (0, 1); article tokens c = (1, 1), d = (1, 0), and a pad that must not match
+    summary = torch.tensor([[[1.0, 0.0], [0.0, 2.0]]])
+    article = torch.tensor([[[1.0, 1.0], [3.0, 0.0], [0.0, 5.0]]])
+    out = aligned(summary, torch.tensor([[True, True]]), article, torch.tensor([[True, True, False]]))
+    c = 2 ** -0.5  # cos(a, c) = cos(b, c)
+    P = (1.0 + c) / 2  # a's best is d (1), b's is c (the pad, cosine 1 with b, is not an article token)
+    R = (c + 1.0) / 2  # c's best: a or b (c), d's: a (1)
+    assert float(out["precision"]) == pytest.approx(P) and float(out["recall"]) == pytest.approx(R)
+    assert float(out["f1"]) == pytest.approx(2 * P * R / (P + R))
+    # a summary without tokens scores 0 on all three, and so does one against an article without tokens
+    none = aligned(summary, torch.tensor([[False, False]]), article, torch.tensor([[True, True, True]]))
+    assert all(float(v) == 0 for v in none.values())
+    none = aligned(summary, torch.tensor([[True, True]]), article, torch.tensor([[False, False, False]]))
+    assert all(float(v) == 0 for v in none.values())
+
+
+def test_aligned_reward_matches_the_scorer_unbatched_and_its_cache_keeps_the_most_recent(tiny_qa_model):
+    reward = LSScore(None, encoder=tiny_qa_model, alpha=0.0, similarity="f1", cached_articles=2)
+    articles = ["the president of france visited berlin on monday .", "police said a man ran .", ""]
+    summaries = ["the president visited berlin", "a man ran", "police"]
+    scores = reward(reward_input(summaries, articles))
+    scorer, tokenizer = reward.scorer, reward.tokenizer
+    with torch.no_grad():
+        for summary, text, score in zip(summaries, articles, scores):
+            H, _ = scorer.encode(*tokenize_batch(tokenizer, [text], 256)[:2])
+            counted = tokenize_batch(tokenizer, [text], 256)[2]
+            S, _ = scorer.encode(*tokenize_batch(tokenizer, [summary], 128)[:2])
+            expected = aligned(S, tokenize_batch(tokenizer, [summary], 128)[2], H, counted)["f1"]
+            assert float(score) == pytest.approx(float(expected), abs=1e-5)
+    assert float(scores[2]) == 0  # the empty article has no token to align with
+    assert len(reward._articles) == 2 and ("0", hash(articles[0])) not in reward._articles  # the oldest went out
 
 
 def test_ranking_loss_hand_computed():
@@ -184,12 +220,14 @@ def test_training_script_end_to_end_with_the_fourth_negative(tiny_qa_model, tmp_
     # the content negatives alone, held toward the untrained cosine
     module.main(["--data", "data=demo", "data.train.n=120", f"cache_dir={tmp_path}", "--encoder", tiny_qa_model,
                  "--held-out", str(held_out), "--output", str(output), "--negatives", "swapped", "dropped", "foreign",
-                 "--distill", "1", "--articles", "8", "--batch-size", "4", "--eval-every", "2", "--val-articles", "4",
+                 "--distill", "1", "--similarity", "f1", "--articles", "8", "--batch-size", "4", "--eval-every", "2", "--val-articles", "4",
                  "--train-layers", "1"])
     card = json.loads((output / "training.json").read_text())
     assert card["steps"] == 2 and {"swapped", "dropped", "foreign"} <= set(card["best"])
     assert "deleted" not in card["best"]
-    assert "distilled toward the untrained cosine, weight 1.0" in (output / "README.md").read_text()
+    readme = (output / "README.md").read_text()
+    assert "distilled toward the untrained S, weight 1.0" in readme and "f1 of the summary's greedy token" in readme
+    assert LSScore(str(output)).scorer.config.similarity == "f1"
 
 
 def test_drift_is_the_mean_squared_change_of_s_over_every_summary():
