@@ -22,9 +22,10 @@ embeddings and lower 4 of 6 layers frozen, as many articles as the time allows.
 
     python scripts/train_ls_score.py --threads 1 --articles 2536 --minutes 40   # ~30 minutes
     python scripts/train_ls_score.py --threads 1 --articles 2536 --minutes 25 --eval-every 50 --select-by dev \
-        --negatives deleted swapped dropped --alpha 0 --margin 0.1 --l2sp 0.1 \
+        --similarity f1 --max-article-tokens 256 --max-summary-tokens 128 --distill 2 \
+        --negatives deleted swapped dropped foreign --alpha 0 --margin 0.1 --l2sp 0.1 --dev-rows 300 \
         --dev ../shared/data/human/realsumm_cnndm.jsonl:litepyramid_recall ../shared/data/human/qags_xsum.jsonl:fact \
-              ../shared/data/human/chaganty2018_cnndm.jsonl:overall     # content negatives: docs/GUIDE.md
+              ../shared/data/human/chaganty2018_cnndm.jsonl:overall     # the content recipe: docs/GUIDE.md
     python -m trainer.train reward=ls_score ...                     # loads it from ~/.cache/sumrl/ls_score
 """
 from __future__ import annotations
