@@ -287,8 +287,8 @@ def ranking_loss(positive: dict[str, Tensor], negatives: dict[str, dict[str, Ten
 # ---------------------------------------------------------------- the reward
 class LSScore(Reward):
     """LS-Score as a reward (reference-free): the frozen scorer of `checkpoint` (None: the untrained encoder, whose
-    S is the plain encoder cosine). Set α = 0 for S alone. Not a submodule of the summarizer: it follows its inputs'
-    device, runs under `inference_mode`; each article's pooled encoding is computed once and cached. An empty summary
+    S is the plain encoder's). Set α = 0 for S alone. Not a submodule of the summarizer: it follows its inputs'
+    device, runs under `inference_mode`; each article is encoded once and cached. An empty summary
     has no token to count: its L is 0 and its S the cosine of the bare [CLS] [SEP] encoding (0 in the aligned forms).
     The cache keeps the `cached_articles` most recently used (an aligned form keeps every token state)."""
 
@@ -296,6 +296,8 @@ class LSScore(Reward):
 
     def __init__(self, checkpoint: str | None = None, name: str = "ls_score", batch_size: int = 64,
                  column: str | None = None, cached_articles: int = 2048, **overrides):
+        if cached_articles < 0:
+            raise ValueError(f"cached_articles must be 0 or more, got {cached_articles}")
         self.tokenizer, self.scorer = load_scorer(checkpoint, **overrides)
         self.scorer.eval().requires_grad_(False)
         self.name, self.batch_size = name, batch_size

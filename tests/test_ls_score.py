@@ -94,6 +94,8 @@ def test_aligned_reward_matches_the_scorer_unbatched_and_its_cache_keeps_the_mos
             assert float(score) == pytest.approx(float(expected), abs=1e-5)
     assert float(scores[2]) == 0  # the empty article has no token to align with
     assert len(reward._articles) == 2 and ("0", hash(articles[0])) not in reward._articles  # the oldest went out
+    with pytest.raises(ValueError, match="cached_articles"):
+        LSScore(None, encoder=tiny_qa_model, cached_articles=-1)
 
 
 def test_ranking_loss_hand_computed():
