@@ -30,6 +30,7 @@ from rewards.embeddings import STOPWORDS
 from rewards.pretrained import load_pretrained
 
 CHECKPOINT = "ls_score.pt"
+SIMILARITIES = ("cosine", "precision", "recall", "f1")  # what S is: LSConfig.similarity
 
 
 @dataclass
@@ -47,9 +48,6 @@ class LSConfig:
             raise ValueError(f"pooling must be 'cls' or 'mean', got {self.pooling!r}")
         if self.similarity not in SIMILARITIES:
             raise ValueError(f"similarity must be one of {SIMILARITIES}, got {self.similarity!r}")
-
-
-SIMILARITIES = ("cosine", "precision", "recall", "f1")
 
 
 def aligned(summary: Tensor, summary_real: Tensor, article: Tensor, article_real: Tensor) -> dict[str, Tensor]:

@@ -87,10 +87,10 @@ def test_aligned_reward_matches_the_scorer_unbatched_and_its_cache_keeps_the_mos
     scorer, tokenizer = reward.scorer, reward.tokenizer
     with torch.no_grad():
         for summary, text, score in zip(summaries, articles, scores):
-            H, _ = scorer.encode(*tokenize_batch(tokenizer, [text], 256)[:2])
-            counted = tokenize_batch(tokenizer, [text], 256)[2]
-            S, _ = scorer.encode(*tokenize_batch(tokenizer, [summary], 128)[:2])
-            expected = aligned(S, tokenize_batch(tokenizer, [summary], 128)[2], H, counted)["f1"]
+            ids, mask, counted = tokenize_batch(tokenizer, [text], 256)
+            summary_ids, summary_mask, summary_counted = tokenize_batch(tokenizer, [summary], 128)
+            expected = aligned(scorer.encode(summary_ids, summary_mask)[0], summary_counted,
+                               scorer.encode(ids, mask)[0], counted)["f1"]
             assert float(score) == pytest.approx(float(expected), abs=1e-5)
     assert float(scores[2]) == 0  # the empty article has no token to align with
     assert len(reward._articles) == 2 and ("0", hash(articles[0])) not in reward._articles  # the oldest went out
