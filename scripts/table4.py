@@ -38,6 +38,7 @@ from models.text.vocab import split_at_sentence_ends  # noqa: E402
 from scripts.cli import (USER_ERRORS, add_config_dir_argument, command, compose_rewards,  # noqa: E402
                          instantiate_or_refuse, int_at_least, metrics_and_paths, positive_int)
 from trainer.callbacks import plot_curves  # noqa: E402
+from trainer.checkpoints import SELECTOR_STAGE  # noqa: E402
 from trainer.evaluate import (ROWS, SHAPE_KEYS, columns, evaluate, mean_shape, results_table,  # noqa: E402
                               summary_shape, table_record)
 from trainer.significance import Interval, paired_bootstrap, paired_differences, pooled_bootstrap  # noqa: E402
@@ -66,6 +67,7 @@ class Run:
     columns: dict[str, str] = field(default_factory=dict)
     stored: list[str] = field(default_factory=list)
     trained: bool = True  # false: a test of another run's weights (train=false init_from=...)
+    stage: str | None = None
 
     @classmethod
     def read(cls, path: Path) -> "Run":
@@ -77,7 +79,8 @@ class Run:
             record = cfg.get("table") or recorded_table(cfg)
             return cls(path, str(cfg.get("run_name") or path.name), str(record["row"]), cfg.get("seed"),
                        cfg.get("run_id"), list(cfg.get("lineage") or []), cfg.get("init_from"), cfg.get("threads"),
-                       record["test_metric"], dict(record["columns"]), list(record["stored"]), cfg.get("train", True))
+                       record["test_metric"], dict(record["columns"]), list(record["stored"]), cfg.get("train", True),
+                       cfg.get("stage"))
         except Exception as error:  # whatever the file holds, one line naming it
             reason = " ".join(str(error).split())[:200]
             raise DataError(f"{path / 'config.yaml'}: not a run's config ({type(error).__name__}: {reason})") from None
@@ -212,15 +215,18 @@ def pair_with_baselines(runs: list[Run], baseline: str) -> dict[Path, Run]:
 
 
 def tested(runs: list[Run]) -> list[Run]:
-    """The runs whose test has written summaries.jsonl. Each other one is named with how to finish it: decoding it
-    here would rewrite its records with settings that are not its own."""
+    """The summarizer runs whose test has written summaries.jsonl. Each other one is named with how to finish it:
+    decoding it here would rewrite its records with settings that are not its own."""
     for run in runs:
-        if not (run.path / "summaries.jsonl").exists():
+        if run.stage == SELECTOR_STAGE:
+            print(f"table4: leaving out {run.path}: a content selector (model=content_selector), not a summarizer; "
+                  "its test is its results.json", file=sys.stderr)
+        elif not (run.path / "summaries.jsonl").exists():
             last = run.path / "checkpoints" / "last.ckpt"
             finish = f"resume it with ckpt_path={last}" if last.exists() else "run it again"
             print(f"table4: leaving out {run.path}: it has no test results (summaries.jsonl); {finish}",
                   file=sys.stderr)
-    done = [run for run in runs if (run.path / "summaries.jsonl").exists()]
+    done = [run for run in runs if run.stage != SELECTOR_STAGE and (run.path / "summaries.jsonl").exists()]
     if not done:
         raise SystemExit("table4: none of the runs given has test results (summaries.jsonl)")
     return done

@@ -159,6 +159,18 @@ def test_selector_run_validates_tests_and_checkpoints(selector_run):
     assert model.config == ContentSelectorConfig(vocab_size=vocab_size, emb_dim=16, hidden_dim=24)
 
 
+def test_table4_leaves_a_selector_run_out_as_what_it_is(selector_run, capsys):
+    """A content selector's run records no Table 4 row, and table4 names it as a selector, not an unfinished run."""
+    from omegaconf import OmegaConf
+    from scripts.table4 import Run, tested
+    run_dir, _ = selector_run
+    assert "table" not in OmegaConf.load(run_dir / "config.yaml")
+    with pytest.raises(SystemExit, match="none of the runs given has test results"):
+        tested([Run.read(run_dir)])
+    said = capsys.readouterr().err
+    assert "a content selector (model=content_selector), not a summarizer" in said and "resume" not in said
+
+
 def test_load_content_selector_refuses_other_checkpoints(tmp_path):
     vocab = Vocabulary("a b c".split())
     summarizer = PointerGenerator(PointerGeneratorConfig(vocab_size=len(vocab), emb_dim=4, hidden_dim=4))

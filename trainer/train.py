@@ -347,10 +347,10 @@ def train_and_test(cfg: DictConfig) -> dict:
                                       plugins=[AtomicCheckpointIO()])
     Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
     module.provenance = provenance(cfg)
-    record = table_record(getattr(module, "reward", None), getattr(module, "metrics_at_test", {}), cfg.rows)
     with open_dict(cfg):
         cfg.update(module.provenance)
-        cfg.table = record  # table4 reads the run's row, test metric and columns here
+        if isinstance(module, SummarizationModule):  # table4 reads the run's row, test metric and columns here
+            cfg.table = table_record(module.reward, module.metrics_at_test, cfg.rows)
     for logger in loggers:  # the composed config is the run's: wandb's run config, the CSV logger's hparams.yaml
         logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     if not cfg.ckpt_path:  # a resume keeps the record of how the run was started (and was checked against it)
@@ -379,7 +379,7 @@ def train_and_test(cfg: DictConfig) -> dict:
     rows = {cfg.run_name: {k: v for k, v in results.items() if k != "greedy"}}
     if "greedy" in results:  # the greedy decodes without the test's rules, beside its beam (trainer.module.test_step)
         rows = {f"{cfg.run_name} (beam)": rows[cfg.run_name], f"{cfg.run_name} (greedy)": results["greedy"]}
-    print(results_table(rows, record["columns"]))
+    print(results_table(rows, cfg.table["columns"] if "table" in cfg else {}))  # a selector: its own keys
     return results
 
 
