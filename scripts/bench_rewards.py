@@ -42,7 +42,7 @@ from rewards.base import RewardInput
 from rewards.embeddings import STOPWORDS, GloveEmbeddings, WordVectors
 from rewards.mover import (SentenceMoverSimilarity, SentenceWordMoverSimilarity, WordMoverSimilarity,
                            document_bag, euclidean_costs, without_shared_mass)
-from rewards.rouge import RougeL
+from rewards.rouge import ROUGE_COLUMNS, RougeL, StemCachedTokenizer
 from rewards.transport import MAX_PIVOTS, transport_cost
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -248,8 +248,27 @@ def main() -> None:
         n = len(pairs)
         print(f"{reward.name:8s} {n / walls[0]:8.0f} {n / walls[1]:10.0f} {n / walls[2]:10.0f} "
               f"{walls[0] / walls[1]:9.1f} {walls[0] / walls[2]:9.1f} {diff:10.1e} {setup:6.2f}s")
+    test_rouge(pairs, args.repeats)
     if args.alternatives:
         alternatives([reward for reward, _ in rewards[1:]], inputs, args.batch_size)
+
+
+def test_rouge(pairs: list[tuple[str, str]], repeats: int) -> None:
+    """The test's ROUGE (rouge-score, its four keys, Porter stemming) with rouge-score's own tokenizer and with
+    `StemCachedTokenizer`, a fresh one (an empty cache) each run, as a test process starts."""
+    keys = list(ROUGE_COLUMNS)
+    ways = {"rouge-score's tokenizer": lambda: rouge_scorer.RougeScorer(keys, use_stemmer=True),
+            "stems cached": lambda: rouge_scorer.RougeScorer(keys, tokenizer=StemCachedTokenizer())}
+    walls, scores = {name: [] for name in ways}, {}
+    for _ in range(repeats):
+        for name, build in ways.items():
+            scorer = build()
+            scores[name], wall, _ = timed(lambda: [scorer.score(r, h) for h, r in pairs])
+            walls[name].append(wall)
+    same = len({repr(v) for v in scores.values()}) == 1
+    base, cached = (statistics.median(w) for w in walls.values())
+    print(f"test ROUGE (4 keys, stemming), pairs/s: rouge-score's tokenizer {len(pairs) / base:.0f}, stems cached "
+          f"{len(pairs) / cached:.0f} ({base / cached:.2f}x; scores {'identical' if same else 'DIFFER'})")
 
 
 if __name__ == "__main__":

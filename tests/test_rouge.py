@@ -89,6 +89,17 @@ def test_rouge_l_stays_on_cuda():
     assert out.device.type == "cuda" and out.item() == pytest.approx(0.5)
 
 
+def test_the_stem_cached_tokenizer_tokenizes_as_rouge_scores_stemming_tokenizer():
+    from rouge_score.tokenizers import DefaultTokenizer
+    from rewards.rouge import StemCachedTokenizer
+    text = ("The runners were running quickly; generously, relational and conditional connections' ponies caresses "
+            "12,000 U.S. agreed feed sensational ties dying lying hopefully")
+    cached = StemCachedTokenizer()
+    for _ in range(2):  # the second time from its cache
+        assert cached.tokenize(text) == DefaultTokenizer(use_stemmer=True).tokenize(text)
+    assert cached.stem.cache_info().hits > 0
+
+
 def test_the_tests_rouge_is_rouge_score_on_the_sentences_for_all_four_keys():
     """The test's metric path (`score_tokenized`) gives rouge-score's own float64 F on the sentences, one per line for
     rougeLsum: a hypothesis's sentences each find their own LCS, stemming matches cats to cat."""
