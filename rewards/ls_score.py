@@ -129,7 +129,8 @@ def load_encoder(name: str):
 
 def load_scorer(checkpoint: str | None, **overrides) -> tuple[object, LSScorer]:
     """(tokenizer, scorer): trained weights from `checkpoint` (a directory holding ls_score.pt, or the file), or,
-    without one, the untrained encoder with a fresh L head. `overrides` replace config fields (pooling, α, β, ...)."""
+    without one, the untrained encoder with a fresh L head. `overrides` replace config fields (pooling, α, β, ...);
+    None keeps the checkpoint's."""
     state = None
     if checkpoint:
         path = Path(checkpoint).expanduser()
@@ -137,7 +138,8 @@ def load_scorer(checkpoint: str | None, **overrides) -> tuple[object, LSScorer]:
         if not path.exists():
             raise ValueError(f"no LS-Score checkpoint at {path}; train one: python scripts/train_ls_score.py")
         state = torch.load(path, map_location="cpu", weights_only=True)
-    config = LSConfig(**{**(state["config"] if state else {}), **overrides})
+    given = {key: value for key, value in overrides.items() if value is not None}
+    config = LSConfig(**{**(state["config"] if state else {}), **given})
     tokenizer, encoder = load_encoder(config.encoder)
     scorer = LSScorer(encoder, config)
     if state:

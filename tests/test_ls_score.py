@@ -320,3 +320,18 @@ def test_sources_pool_up_to_their_cap_each_without_held_out_ids(tmp_path, monkey
     expected = [e for e in sources["A"]["train"] if e.id != "a1"]
     random.Random(0).shuffle(expected)
     assert [e.id for e in alone] == [e.id for e in expected[:3]]
+
+
+def test_the_reward_config_keeps_the_checkpoints_settings_unless_one_is_given(tiny_ls_score):
+    """conf/reward/ls_score.yaml lists the evaluator's settings as null (the checkpoint's), so that an override needs
+    no `+`: reward.similarity=f1 changes S alone."""
+    from pathlib import Path
+
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+    node = OmegaConf.merge(OmegaConf.load(Path(__file__).parents[1] / "conf" / "reward" / "ls_score.yaml"),
+                           {"checkpoint": tiny_ls_score})
+    saved = load_scorer(tiny_ls_score)[1].config
+    assert instantiate(node).scorer.config == saved and saved.similarity == "cosine"
+    changed = instantiate(OmegaConf.merge(node, {"similarity": "f1"})).scorer.config
+    assert changed.similarity == "f1" and {**vars(changed), "similarity": "cosine"} == vars(saved)
