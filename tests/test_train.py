@@ -144,11 +144,12 @@ def test_leave_one_out_with_k_samples_trains(mle_run):
     assert not logged(tmp / "rloo", "train/reward_greedy")  # RLOO decodes no greedy rows
 
 
-def test_a_profiled_run_writes_where_each_stages_time_went(mle_run):
+def test_a_profiled_run_writes_where_each_stages_time_went(mle_run, caplog):
     """profiler=simple: Lightning's table of each hook's seconds, a file per stage in the run's folder (the console
     is kept quiet, so a profile only logged would be lost)."""
     tmp, _ = mle_run
     best = tmp / "mle" / "checkpoints" / "best.ckpt"
+    caplog.set_level(logging.INFO)
     run(compose_run(tmp, "profiled", ["reward=rouge_l", f"mle_checkpoint={best}", "trainer.max_steps=2",
                                       "trainer.val_check_interval=2", "profiler=simple"]))
     tables = {stage: (tmp / "profiled" / f"{stage}-profile.txt").read_text() for stage in ("validate", "fit", "test")}
@@ -156,6 +157,7 @@ def test_a_profiled_run_writes_where_each_stages_time_went(mle_run):
     for hook in ("training_step", "backward", "validation_step", "optimizer_step"):
         assert f"SingleDeviceStrategy.{hook}" in tables["fit"] or f"SummarizationModule.{hook}" in tables["fit"]
     assert "SingleDeviceStrategy.test_step" in tables["test"]
+    assert str(tmp / "profiled" / "fit-profile.txt") in caplog.text  # the console says where they are
 
 
 def test_leave_one_out_needs_two_samples(tmp_path):

@@ -324,7 +324,11 @@ def run(cfg: DictConfig) -> dict:
     check_settings(cfg)
     # other DDP ranks work in rank 0's folder
     with run_folder_lock(Path(cfg.output_dir).expanduser().resolve()) if rank_zero_only.rank == 0 else nullcontext():
-        return train_and_test(cfg)
+        results = train_and_test(cfg)
+    if cfg.profiler and rank_zero_only.rank == 0:  # the profiler writes files only, at each stage's end
+        profiles = sorted(Path(cfg.output_dir).glob("*-profile.txt"))
+        log.info("where the time went (profiler): %s", ", ".join(str(path) for path in profiles))
+    return results
 
 
 def train_and_test(cfg: DictConfig) -> dict:
