@@ -181,6 +181,8 @@ def test_settings_that_cannot_work_are_refused_before_any_work(tmp_path, monkeyp
                "trainer.max_steps=0": "trainer.max_steps=0 trains nothing",
                # MLE trains from stages.mle.init_from: an mle_checkpoint it would ignore is named, not dropped
                f"mle_checkpoint={tmp_path / 'other' / 'checkpoints' / 'best.ckpt'}": "set stages.mle.init_from=.*other"}
+    if not torch.cuda.is_available():  # Lightning's own refusal came after the data was built
+        refused["trainer=gpu"] = r"trainer.accelerator=gpu \(trainer=gpu\) needs a CUDA GPU"
     for override, message in refused.items():
         with pytest.raises(SettingsError, match=message):
             run(compose_run(tmp_path, "mle", ["reward=mle", override]))

@@ -90,6 +90,9 @@ def check_settings(cfg: DictConfig) -> None:
         if cfg.train and cfg.trainer.get(key) == 0:
             raise SettingsError(f"trainer.{key}=0 trains nothing: give it a positive value (or -1), or test a "
                                 "checkpoint with train=false init_from=<checkpoint>")
+    if cfg.trainer.get("accelerator") in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise SettingsError(f"trainer.accelerator={cfg.trainer.accelerator} (trainer=gpu) needs a CUDA GPU, and torch "
+                            f"{torch.__version__} sees none: use trainer=default (the CPU, or any device found)")
     # A grid's MLE point names its own best checkpoint as the sweep's mle_checkpoint: that one is its output.
     mle = cfg.mle_checkpoint
     if (mle and not cfg.ckpt_path and cfg.init_from != mle and run_dir_of(mle) != Path(cfg.output_dir).resolve()
