@@ -20,14 +20,12 @@ from hydra import compose, initialize_config_module
 from hydra.errors import ConfigCompositionException, OverrideParseException
 
 from models.text.batch import Example
-from models.text.records import DataError, Row
-from rewards.base import NotAReward, Reward
+from models.text.records import Row
+from rewards.base import Reward
 # the scripts import these from here too
-from rewards.configs import (CONF, ConfigRefused, RewardConfigError, compose_rewards,  # noqa: F401
-                             instantiate_or_refuse, parse_reward_spec, reward_configs)
-from rewards.pretrained import PretrainedNotFound
+from rewards.configs import CONF, compose_rewards, instantiate_or_refuse, parse_reward_spec, reward_configs  # noqa: F401
 from rewards.scoring import TOKENIZERS, score_texts
-from trainer.checkpoints import CheckpointError
+from trainer.train import REFUSALS
 
 
 
@@ -35,9 +33,9 @@ class InputError(ValueError):
     """A flag naming something that does not exist, or asking for something that cannot be done."""
 
 
-# What a command line reports as one line instead of a traceback (DataError: a bad, missing or undecodable file).
-USER_ERRORS = (InputError, RewardConfigError, ConfigRefused, DataError, CheckpointError, PretrainedNotFound,
-               NotAReward, ConfigCompositionException, OverrideParseException)
+# What a command line reports as one line instead of a traceback: sumrl-train's refusals (DataError: a bad, missing or
+# undecodable file), a flag that cannot serve, an override Hydra cannot read.
+USER_ERRORS = (InputError, *REFUSALS, ConfigCompositionException, OverrideParseException)
 
 
 def command(main: Callable[[], Any]) -> Callable[[], None]:

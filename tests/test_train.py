@@ -266,4 +266,5 @@ def test_a_sweep_stops_at_its_first_failed_point(tmp_path):
                            "stages.mle.steps=0", f"hydra.sweep.dir={sweep}", f"cache_dir={tmp_path / 'cache'}"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode != 0 and "trainer.max_steps=0 trains nothing" in done.stderr
+    assert "Traceback" not in done.stderr and done.stderr.strip().splitlines()[-1].startswith("SettingsError: ")
     assert not (sweep / "seed_0" / "rouge_l").exists()

@@ -27,10 +27,13 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.utilities import rank_zero_only
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from rewards.configs import instantiate_or_refuse
+from models.text.records import DataError
+from rewards.base import NotAReward
+from rewards.configs import ConfigRefused, RewardConfigError, instantiate_or_refuse
+from rewards.pretrained import PretrainedNotFound
 from rewards.repeats import penalty_note
-from trainer.checkpoints import (AtomicCheckpointIO, check_resume, check_vocabulary, checkpoint_info, data_reading,
-                                 keep_start_as_best, load_model_weights)
+from trainer.checkpoints import (AtomicCheckpointIO, CheckpointError, check_resume, check_vocabulary, checkpoint_info,
+                                 data_reading, keep_start_as_best, load_model_weights)
 from trainer.data import SummarizationData
 from trainer.evaluate import results_table, table_record
 from trainer.host_memory import keep_freed_memory
@@ -60,6 +63,12 @@ RESUME_KEYS = ("seed", "stage", "data", "model", "optimizer", "module")  # a res
 
 class SettingsError(ValueError):
     """A setting that cannot work, refused before training starts."""
+
+
+# What sumrl-train ends with as one line (status 1) instead of a traceback: settings, data, configs and checkpoints
+# that cannot serve, and a run stopped by non-finite losses. Anything else is a defect, and keeps its traceback.
+REFUSALS = (SettingsError, CheckpointError, DataError, RewardConfigError, ConfigRefused, PretrainedNotFound, NotAReward,
+            FloatingPointError)
 
 
 def run_dir_of(ckpt_path: str) -> Path:
@@ -392,7 +401,10 @@ def train_and_test(cfg: DictConfig) -> dict:
 
 @hydra.main(version_base="1.3", config_path="pkg://conf", config_name="train")
 def main(cfg: DictConfig) -> None:
-    run(cfg)
+    try:
+        run(cfg)
+    except REFUSALS as error:
+        raise SystemExit(f"{type(error).__name__}: {error}") from None
 
 
 if __name__ == "__main__":
