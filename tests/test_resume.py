@@ -179,6 +179,7 @@ def test_settings_that_cannot_work_are_refused_before_any_work(tmp_path, monkeyp
     monkeypatch.setattr("trainer.train.build", built)
     refused = {"stages.mle.lr=-1": r"optimizer.lr=-1 \(stages.mle.lr\): a learning rate cannot be negative",
                "trainer.max_steps=0": "trainer.max_steps=0 trains nothing",
+               "seed=foo": "seed='foo': give a whole number",  # Lightning's int() failed after the run folder existed
                # MLE trains from stages.mle.init_from: an mle_checkpoint it would ignore is named, not dropped
                f"mle_checkpoint={tmp_path / 'other' / 'checkpoints' / 'best.ckpt'}": "set stages.mle.init_from=.*other"}
     if not torch.cuda.is_available():  # Lightning's own refusal came after the data was built
@@ -187,6 +188,12 @@ def test_settings_that_cannot_work_are_refused_before_any_work(tmp_path, monkeyp
         with pytest.raises(SettingsError, match=message):
             run(compose_run(tmp_path, "mle", ["reward=mle", override]))
     assert not (tmp_path / "mle").exists()
+
+
+def test_a_refused_data_setting_is_its_own_one_line_error(tmp_path):
+    from rewards.configs import ConfigRefused
+    with pytest.raises(ConfigRefused, match=r"^data.batch_size must be at least 1, got 0$"):  # not Hydra's wrapper
+        run(compose_run(tmp_path, "mle", ["reward=mle", "data.batch_size=0"]))
 
 
 @pytest.mark.parametrize("overrides, message", [

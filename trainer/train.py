@@ -90,6 +90,10 @@ def first_difference(saved: Any, current: Any, key: str = "") -> tuple[str, Any,
 
 def check_settings(cfg: DictConfig) -> None:
     """Settings that cannot work, refused before any work starts (data, model, run folder)."""
+    for key in ("seed", "threads"):
+        value = cfg.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise SettingsError(f"{key}={value!r}: give a whole number")
     lr = cfg.optimizer.get("lr")
     if lr is not None and lr < 0:
         raise SettingsError(f"optimizer.lr={lr} (stages.{cfg.stage}.lr): a learning rate cannot be negative")
@@ -245,7 +249,7 @@ class RunFolders(Callback):
 
 
 def build(cfg: DictConfig) -> tuple[SummarizationData, pl.LightningModule]:
-    data: SummarizationData = instantiate(cfg.data)
+    data: SummarizationData = instantiate_or_refuse(cfg.data)
     data.setup()
     model = instantiate_or_refuse(OmegaConf.merge(cfg.model, {"config": {"vocab_size": len(data.vocab)}}))
     for part in getattr(model, "frozen_parts", []):  # trained parts handed in (a bottom-up model's selector)
