@@ -180,6 +180,7 @@ def test_settings_that_cannot_work_are_refused_before_any_work(tmp_path, monkeyp
     refused = {"stages.mle.lr=-1": r"optimizer.lr=-1 \(stages.mle.lr\): a learning rate cannot be negative",
                "trainer.max_steps=0": "trainer.max_steps=0 trains nothing",
                "seed=foo": "seed='foo': give a whole number",  # Lightning's int() failed after the run folder existed
+               "threads=0": "threads=0: give 1 or more",  # ran at PyTorch's default
                # MLE trains from stages.mle.init_from: an mle_checkpoint it would ignore is named, not dropped
                f"mle_checkpoint={tmp_path / 'other' / 'checkpoints' / 'best.ckpt'}": "set stages.mle.init_from=.*other"}
     if not torch.cuda.is_available():  # Lightning's own refusal came after the data was built

@@ -94,6 +94,8 @@ def check_settings(cfg: DictConfig) -> None:
         value = cfg.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise SettingsError(f"{key}={value!r}: give a whole number")
+    if cfg.get("threads") is not None and cfg.threads < 1:
+        raise SettingsError(f"threads={cfg.threads}: give 1 or more, or null for PyTorch's default")
     lr = cfg.optimizer.get("lr")
     if lr is not None and lr < 0:
         raise SettingsError(f"optimizer.lr={lr} (stages.{cfg.stage}.lr): a learning rate cannot be negative")
@@ -350,7 +352,7 @@ def run(cfg: DictConfig) -> dict:
 def train_and_test(cfg: DictConfig) -> dict:
     """`run`'s work, once its settings are checked and its folder is its own."""
     pl.seed_everything(cfg.seed, workers=True)
-    if cfg.threads:
+    if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     if cfg.keep_freed_memory:
         keep_freed_memory()
