@@ -2,7 +2,7 @@
 
     python scripts/bench_rl.py [--device cpu|cuda] [--bf16] [--steps 3] [--warmup 3] [--rewards rouge_l wms sms s_wms]
                                [--set wms.embeddings.path=vectors.txt ...] [--eos-bias 7.6] [--qa-model DIR]
-                               [--memory-steps 1000] [--batch-size 16] [--eager-decode]
+                               [--memory-steps 1000] [--batch-size 16] [--eager-decode] [--operators 20]
 
 An untrained model (samples run to the 100-token limit, the worst case), batch 16 (`--batch-size`), sources of 400
 tokens, targets of 100, hidden 256, embeddings 128, vocabulary 50k. One markdown row per step: its mean time
@@ -20,6 +20,10 @@ put its checkout first on PYTHONPATH.
 
 On CUDA the decode replays each decoder step from a captured CUDA graph (`models.decoding.CapturedStep`);
 `--eager-decode` times the eager loop instead.
+
+`--operators N` then profiles one more MLE step and one mixed step with the first reward (`torch.profiler`) and prints
+the N operators that take the most time (self time on the device: CUDA kernels, or the CPU's), with their calls: on a
+GPU the launches a step makes, and where the host waits for the device (`cudaStreamSynchronize`, `aten::item`).
 
 `--memory-steps N` then runs N mixed steps with the first reward, cycling the batches, and reports the
 memory in use after each (CUDA allocated, or the process's resident set on CPU): the median and the
@@ -92,6 +96,30 @@ def breakdown_row(label: str, times: dict[str, float], mle_step: float, batch_si
             f"{times['sample_length']:.0f} |").replace("| nan |", "| - |")
 
 
+def operator_table(module: SummarizationModule, batch, device: torch.device, rows: int, bf16: bool = False) -> str:
+    """`torch.profiler`'s table of one training step (forward, backward, Adam) of `module`, after one untimed step:
+    its `rows` costliest operators by self time on the device."""
+    from torch.profiler import ProfilerActivity, profile
+    optimizer = torch.optim.Adam(module.model.parameters(), lr=1e-5)
+    module.log = lambda *args, **kwargs: None
+
+    def step() -> None:
+        with torch.autocast(device.type, torch.bfloat16, enabled=bf16):
+            loss = module.training_step(batch, 0)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    step()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        step()
+    key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    return prof.key_averages().table(sort_by=key, row_limit=rows)
+
+
 def default_qa_model() -> str | None:
     """$SUMRL_QA_MODEL, else the cloze model where scripts/train_cloze_qa.py writes it, else its base network; None
     without the `qa` extra (then only a QA reward fails, saying what to install)."""
@@ -147,6 +175,8 @@ def main() -> None:
     parser.add_argument("--bf16", action="store_true", help="steps under bf16 autocast, as trainer=gpu trains")
     parser.add_argument("--eager-decode", action="store_true", help="on CUDA, decode without CUDA graphs")
     parser.add_argument("--memory-steps", type=int, default=0)
+    parser.add_argument("--operators", type=int, default=0, metavar="N",
+                        help="profile one MLE and one mixed step; print their N costliest operators")
     parser.add_argument("--memory-figure", type=Path, default=Path("docs/rl_memory.png"))
     args, device, vocab = see_et_al_setup(parser, steps=3)
     if args.eager_decode:
@@ -182,6 +212,11 @@ def main() -> None:
         print(breakdown_row(f"mixed, {name}", time_steps(module(reward), batches, args.warmup, device, args.bf16),
                             mle_times["step"], size), flush=True)
     print(f"peak memory {peak_memory_gib(device):.2f} GiB ({'CUDA max allocated' if device.type == 'cuda' else 'max RSS'})")
+    if args.operators:
+        name, reward = next(iter(rewards.items()))
+        for label, profiled in (("MLE", module()), (f"mixed, {name}", module(reward))):
+            print(f"\n{label} step, operators by self {'CUDA' if device.type == 'cuda' else 'CPU'} time:\n"
+                  f"{operator_table(profiled, batches[0].to(device), device, args.operators, args.bf16)}", flush=True)
     if args.memory_steps:
         name, reward = next(iter(rewards.items()))
         used = memory_over_steps(module(reward), batches, args.memory_steps, device)

@@ -5,7 +5,8 @@
 #
 # 1. the CUDA tests (the decode from CUDA graphs against the eager loop, rewards and decoders staying on the device);
 # 2. scripts/bench_rl.py at batch 16 on CUDA (the per-section breakdown of the MLE and mixed steps, the projected
-#    CNN/DM epoch), on the first 112 articles of CNNDM_JSONL (default: the shared CNN/DM test file);
+#    CNN/DM epoch; then the 25 costliest CUDA operators of one MLE and one mixed step, with their launch counts), on the
+#    first 112 articles of CNNDM_JSONL (default: the shared CNN/DM test file);
 # 3. README command 1 under trainer=gpu, timed, with profiler=simple on every run (RESULTS "Where a demo run's time
 #    goes" is the CPU's table).
 # OUT gets six files: gpu.txt, cuda_tests.txt, bench.txt, demo.txt (the grid's console and Table 4, wall time last),
@@ -26,7 +27,7 @@ timeout 150 $python -m pytest -q -n 0 -p no:cacheprovider -k "cuda or bf16 or po
   tests/test_decoding.py tests/test_pointer_generator.py tests/test_mover.py tests/test_rouge.py \
   > "$out/cuda_tests.txt" 2>&1
 
-timeout 180 $python scripts/bench_rl.py --device cuda --steps 5 --warmup 2 --eos-bias 7.6 --rewards rouge_l sms \
+timeout 180 $python scripts/bench_rl.py --device cuda --steps 5 --warmup 2 --eos-bias 7.6 --rewards rouge_l sms --operators 25 \
   --data "$data" > "$out/bench.txt" 2>&1
 
 sweep="$(mktemp -d)/demo_grid"
