@@ -191,10 +191,12 @@ def test_settings_that_cannot_work_are_refused_before_any_work(tmp_path, monkeyp
     assert not (tmp_path / "mle").exists()
 
 
-def test_a_refused_data_setting_is_its_own_one_line_error(tmp_path):
+@pytest.mark.parametrize("override, message", [("data.batch_size=0", r"^data.batch_size must be at least 1, got 0$"),
+                                               ("trainer.precision=bogus", r"^Precision 'bogus' is invalid")])
+def test_a_setting_the_data_or_lightning_refuses_is_its_own_one_line_error(tmp_path, override, message):
     from rewards.configs import ConfigRefused
-    with pytest.raises(ConfigRefused, match=r"^data.batch_size must be at least 1, got 0$"):  # not Hydra's wrapper
-        run(compose_run(tmp_path, "mle", ["reward=mle", "data.batch_size=0"]))
+    with pytest.raises(ConfigRefused, match=message):  # not Hydra's wrapper around it
+        run(compose_run(tmp_path, "mle", ["reward=mle", override]))
 
 
 @pytest.mark.parametrize("overrides, message", [

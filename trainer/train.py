@@ -365,8 +365,8 @@ def train_and_test(cfg: DictConfig) -> dict:
     check_run_dir(cfg)
     loggers = [instantiate(c) for c in (cfg.logger or {}).values() if c is not None]
     callbacks = [instantiate(c) for c in (cfg.callbacks or {}).values() if c is not None]   # null drops one
-    trainer: pl.Trainer = instantiate(cfg.trainer, logger=loggers or False, callbacks=callbacks,
-                                      plugins=[AtomicCheckpointIO()])
+    trainer: pl.Trainer = instantiate_or_refuse(cfg.trainer, logger=loggers or False, callbacks=callbacks,
+                                                plugins=[AtomicCheckpointIO()])
     Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
     module.provenance = provenance(cfg)
     with open_dict(cfg):
