@@ -23,7 +23,8 @@ from models.text.batch import Example
 from models.text.records import Row
 from rewards.base import Reward
 # the scripts import these from here too
-from rewards.configs import CONF, compose_rewards, instantiate_or_refuse, parse_reward_spec, reward_configs  # noqa: F401
+from rewards.configs import (CONF, compose_rewards, instantiate_or_refuse, parse_reward_spec,  # noqa: F401
+                             reward_configs)
 from rewards.scoring import TOKENIZERS, score_texts
 from trainer.train import REFUSALS
 

@@ -27,8 +27,8 @@ timeout 150 $python -m pytest -q -n 0 -p no:cacheprovider -k "cuda or bf16 or po
   tests/test_decoding.py tests/test_pointer_generator.py tests/test_mover.py tests/test_rouge.py \
   > "$out/cuda_tests.txt" 2>&1
 
-timeout 180 $python scripts/bench_rl.py --device cuda --steps 5 --warmup 2 --eos-bias 7.6 --rewards rouge_l sms --operators 25 \
-  --data "$data" > "$out/bench.txt" 2>&1
+timeout 180 $python scripts/bench_rl.py --device cuda --steps 5 --warmup 2 --eos-bias 7.6 --rewards rouge_l sms \
+  --operators 25 --data "$data" > "$out/bench.txt" 2>&1
 
 sweep="$(mktemp -d)/demo_grid"
 start=$(date +%s)
