@@ -96,26 +96,27 @@ def breakdown_row(label: str, times: dict[str, float], mle_step: float, batch_si
             f"{times['sample_length']:.0f} |").replace("| nan |", "| - |")
 
 
+def train_step(module: SummarizationModule, batch, optimizer: torch.optim.Optimizer, bf16: bool = False) -> None:
+    """One optimizer step of `module` on `batch` (forward, backward, Adam), under bf16 autocast if asked."""
+    with torch.autocast(batch.device.type, torch.bfloat16, enabled=bf16):  # as trainer=gpu (bf16-mixed) trains
+        loss = module.training_step(batch, 0)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+
+
 def operator_table(module: SummarizationModule, batch, device: torch.device, rows: int, bf16: bool = False) -> str:
     """`torch.profiler`'s table of one training step (forward, backward, Adam) of `module`, after one untimed step:
     its `rows` costliest operators by self time on the device."""
     from torch.profiler import ProfilerActivity, profile
     optimizer = torch.optim.Adam(module.model.parameters(), lr=1e-5)
     module.log = lambda *args, **kwargs: None
-
-    def step() -> None:
-        with torch.autocast(device.type, torch.bfloat16, enabled=bf16):
-            loss = module.training_step(batch, 0)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-    step()
+    train_step(module, batch, optimizer, bf16)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
-        step()
+        train_step(module, batch, optimizer, bf16)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
     key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
     return prof.key_averages().table(sort_by=key, row_limit=rows)
 
@@ -144,10 +145,7 @@ def memory_over_steps(module: SummarizationModule, batches: list, steps: int, de
     module.log = lambda *args, **kwargs: None
     used = []
     for i in range(steps):
-        loss = module.training_step(batches[i % len(batches)].to(device), i)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        train_step(module, batches[i % len(batches)].to(device), optimizer)
         used.append(memory_in_use_gib(device))
     return used
 

@@ -217,6 +217,7 @@ def pair_with_baselines(runs: list[Run], baseline: str) -> dict[Path, Run]:
 def tested(runs: list[Run]) -> list[Run]:
     """The summarizer runs whose test has written summaries.jsonl. Each other one is named with how to finish it:
     decoding it here would rewrite its records with settings that are not its own."""
+    done = []
     for run in runs:
         if run.stage == SELECTOR_STAGE:
             print(f"table4: leaving out {run.path}: a content selector (model=content_selector), not a summarizer; "
@@ -226,7 +227,8 @@ def tested(runs: list[Run]) -> list[Run]:
             finish = f"resume it with ckpt_path={last}" if last.exists() else "run it again"
             print(f"table4: leaving out {run.path}: it has no test results (summaries.jsonl); {finish}",
                   file=sys.stderr)
-    done = [run for run in runs if run.stage != SELECTOR_STAGE and (run.path / "summaries.jsonl").exists()]
+        else:
+            done.append(run)
     if not done:
         raise SystemExit("table4: none of the runs given has test results (summaries.jsonl)")
     return done
