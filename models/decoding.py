@@ -278,13 +278,17 @@ def beam_search(model: Summarizer, enc: Encoded, beam_size: int = 4, max_len: in
     of the K live hypotheses; those ending in </s> (ranked above the K-th live one) are finished, the first
     K others live on. An example stops once it has K finished hypotheses. The result is the finished
     hypothesis (or, if none, the best live one at `max_len`) with the best score / length ** length_penalty.
-    `processors` are the rules on the next token (`MinLength`, `BlockRepeatedTrigrams`, ...), applied in order."""
+    `processors` are the rules on the next token (`MinLength`, `BlockRepeatedTrigrams`, ...), applied in order.
+    On a CPU, examples that have stopped leave the batch once they are `SHRINK_AT` of it, as in `_decode`."""
     cfg, K = model.config, beam_size
     processors = _processors(model, processors)
     B, device = enc.src_ext.size(0), enc.src_ext.device
+    shrink = not launch_bound(device)
     enc = enc.index_select(torch.arange(B, device=device).repeat_interleave(K))
     state = model.initial_state(enc)
     ninf = float("-inf")
+    result = torch.full((B, max_len), cfg.pad_id, dtype=torch.long, device=device)  # filled as examples leave
+    live = torch.arange(B, device=device)  # the examples still in the batch, in order; the tensors below hold them
     scores = torch.full((B, K), ninf, device=device)
     scores[:, 0] = 0.0  # one live hypothesis at first, so the K beams don't start as copies
     history = torch.zeros(B * K, 0, dtype=torch.long, device=device)
@@ -294,14 +298,15 @@ def beam_search(model: Summarizer, enc: Encoded, beam_size: int = 4, max_len: in
     ids = torch.full((B * K,), cfg.bos_id, dtype=torch.long, device=device)
     rank = torch.arange(2 * K, device=device)
     for t in range(max_len):
+        n = len(live)
         log_probs, state, _ = model.step(enc, state, ids)
         for process in processors:
             process(log_probs, history, ninf)
         X = log_probs.size(-1)
-        top, flat = (scores.view(-1, 1) + log_probs).view(B, K * X).topk(2 * K, -1)
+        top, flat = (scores.view(-1, 1) + log_probs).view(n, K * X).topk(2 * K, -1)
         token = flat % X
-        beam = torch.arange(B, device=device).unsqueeze(1) * K + flat // X  # [B, 2K] rows of parents
-        cand = torch.cat([history[beam], token.unsqueeze(-1)], -1)  # [B, 2K, t + 1]
+        beam = torch.arange(n, device=device).unsqueeze(1) * K + flat // X  # [n, 2K] rows of parents
+        cand = torch.cat([history[beam], token.unsqueeze(-1)], -1)  # [n, 2K, t + 1]
 
         is_eos = token == cfg.eos_id
         live_before = (~is_eos).cumsum(-1) - (~is_eos).long()
@@ -310,24 +315,34 @@ def beam_search(model: Summarizer, enc: Encoded, beam_size: int = 4, max_len: in
         norm, j = norm.max(-1)
         better = norm > best
         best = torch.where(better, norm, best)
-        pick = torch.arange(B, device=device)
+        pick = torch.arange(n, device=device)
         best_ids[:, : t + 1] = torch.where(better.unsqueeze(1), cand[pick, j], best_ids[:, : t + 1])
         n_finished += finished.sum(-1)
 
         keep = (is_eos.long() * 2 * K + rank).argsort(-1)[:, :K]  # first K candidates not ending in </s>
-        scores = top.gather(1, keep).masked_fill((n_finished >= K).unsqueeze(1), ninf)
+        stopped = n_finished >= K
+        scores = top.gather(1, keep).masked_fill(stopped.unsqueeze(1), ninf)
         rows = beam.gather(1, keep).view(-1)
-        state = state.index_select(rows)
         keep_hist = keep.unsqueeze(-1).expand(-1, -1, t + 1)
-        history = cand.gather(1, keep_hist).view(B * K, t + 1)
+        history = cand.gather(1, keep_hist).view(n * K, t + 1)
         ids = token.gather(1, keep).view(-1)
-        if bool((n_finished >= K).all()):
+        n_stopped = int(stopped.sum())
+        if n_stopped == n:
             break
+        if shrink and n_stopped >= SHRINK_AT * n:  # the stopped examples' results are final: they leave
+            result[live[stopped]] = best_ids[stopped]
+            going = (~stopped).nonzero().squeeze(1)
+            live, scores, best, best_ids, n_finished = (x[going] for x in (live, scores, best, best_ids, n_finished))
+            going_rows = (going.unsqueeze(1) * K + torch.arange(K, device=device)).view(-1)
+            history, ids, rows = history[going_rows], ids[going_rows], rows.view(n, K)[going].view(-1)
+            enc = enc.index_select(going_rows)
+        state = state.index_select(rows)
     else:  # reached max_len: examples without a finished hypothesis take their best live one
         none = best == ninf
-        best_ids = torch.where(none.unsqueeze(1), history.view(B, K, -1)[:, 0], best_ids)
-    lengths = (best_ids != cfg.pad_id).sum(1)
-    return Decoded(best_ids, lengths).rows(slice(None))  # trimmed to the longest result
+        best_ids = torch.where(none.unsqueeze(1), history.view(len(live), K, -1)[:, 0], best_ids)
+    result[live] = best_ids
+    lengths = (result != cfg.pad_id).sum(1)
+    return Decoded(result, lengths).rows(slice(None))  # trimmed to the longest result
 
 
 def check_beam_settings(**settings: Any) -> None:

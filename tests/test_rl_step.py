@@ -51,6 +51,27 @@ def test_greedy_rows_that_leave_the_batch_decode_as_they_would_alone():
             assert batched.ids[i, :n].tolist() == alone.ids[0, :n].tolist() and batched.lengths[i] == n, i
 
 
+@pytest.mark.parametrize("max_len", [12, 20])  # 12: the beam reaches it, some examples unfinished
+def test_beam_examples_that_leave_the_batch_decode_as_they_would_alone(max_len):
+    """Examples whose K hypotheses have finished leave the beam's batch on a CPU; each result is still the one the
+    example gets decoded alone, where no other example ever leaves."""
+    model, batch = recorded_setting(coverage=False)
+    processors = [BlockRepeatedTrigrams(), MinLength(3, model.config.eos_id)]
+    shrinks = []  # rows of each EncoderOutput.index_select call: the first repeats rows for the beams
+    with torch.no_grad():
+        enc = model.encode(batch)
+        select = type(enc).index_select
+        with patch.object(type(enc), "index_select", lambda self, index: shrinks.append(len(index)) or
+                          select(self, index)):
+            batched = decoding.beam_search(model, enc, 3, max_len, processors=processors)
+        assert len(shrinks) > 1  # examples did leave the batch
+        for i in range(len(batch)):
+            alone = decoding.beam_search(model, model.encode(batch.index_select([i])), 3, max_len, processors=processors)
+            n = int(alone.lengths[0])
+            assert batched.ids[i, :n].tolist() == alone.ids[0, :n].tolist() and batched.lengths[i] == n, i
+    assert (batched.lengths == max_len).any() == (max_len == 12)
+
+
 def test_qa_pairs_read_in_order_of_length_score_as_one_padded_pass(tiny_qa_model):
     """Reading pairs sorted by length, each forward padded to its own longest, gives every pair the scores that one
     pass over all pairs in their given order gives."""
