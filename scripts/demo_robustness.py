@@ -1,12 +1,13 @@
 """Does the demo's Table 4 hold on any seed and CPU? Run the demo grid over seeds × thread counts, then count.
 
-    python scripts/demo_robustness.py --seeds 0 1 2 3 4 --threads 1 2 --out runs/robustness
+    python scripts/demo_robustness.py --seeds 0 1 2 3 4 --threads 1 --jobs 2 --out runs/robustness
 
 RL trajectories are chaotic: one last-bit difference in a float reduction changes a sampled token, and the model
 differs 80 steps later. Another thread count changes those reductions, so it stands in for another CPU. Each
-(threads, seed) grid is README command 1 with `seed` and `threads` set (extra Hydra overrides after `--`), in its own
-sweep folder `<out>/t<threads>_s<seed>`, followed by `scripts/table4.py` on it. Grids run side by side while their
-threads fit in `--cores`; a grid whose table4.json exists is not run again, so an interrupted study resumes.
+(threads, seed) grid is README command 1 with `seed`, `threads` and its runs side by side (`--jobs`, the launcher's
+`n_jobs`; the demo's 2) set, extra Hydra overrides after `--`, in its own sweep folder `<out>/t<threads>_s<seed>`,
+followed by `scripts/table4.py` on it. Grids run side by side while their threads × jobs fit in `--cores`; a grid
+whose table4.json exists is not run again, so an interrupted study resumes.
 
 Prints, and writes to `<out>/robustness.md` and `robustness.json`: each grid's diagonal (each reward's difference
 from MLE on its own metric, with its paired-bootstrap interval), whether all four are significant, the MLE start
@@ -34,29 +35,29 @@ from trainer.tables import markdown_table  # noqa: E402
 REWARDS = ("rouge_l", "wms", "sms", "s_wms")
 
 
-def grid_command(seed: int, threads: int, folder: Path, overrides: list[str]) -> str:
+def grid_command(seed: int, threads: int, jobs: int, folder: Path, overrides: list[str]) -> str:
     train = [sys.executable, "-m", "trainer.train", "-m", "experiment=demo_grid",
              "reward=mle," + ",".join(REWARDS), f"seed={seed}", f"threads={threads}",
-             f"hydra.sweep.dir={folder}", *overrides]
+             f"hydra.launcher.n_jobs={jobs}", f"hydra.sweep.dir={folder}", *overrides]
     table4 = [sys.executable, str(REPO / "scripts" / "table4.py"), str(folder), "--out", str(folder)]
     return shlex.join(train) + " && " + shlex.join(table4)
 
 
-def run_grids(grids: list[tuple[int, int]], out: Path, overrides: list[str], cores: int
+def run_grids(grids: list[tuple[int, int]], jobs: int, out: Path, overrides: list[str], cores: int
               ) -> dict[tuple[int, int], float]:
-    """Run each (threads, seed) grid not yet done, as many at once as their threads fit in `cores`; their wall
-    times in seconds (None for grids done before)."""
+    """Run each (threads, seed) grid not yet done, `jobs` runs side by side in each, as many grids at once as their
+    threads fit in `cores`; their wall times in seconds (None for grids done before)."""
     pending = [g for g in grids if not (out / f"t{g[0]}_s{g[1]}" / "table4.json").exists()]
     running: dict[tuple[int, int], tuple[subprocess.Popen, float]] = {}
     seconds: dict[tuple[int, int], float] = {}
     while pending or running:
         for grid in list(pending):
-            if sum(t for t, _ in running) + grid[0] <= cores or not running:
+            if jobs * (sum(t for t, _ in running) + grid[0]) <= cores or not running:
                 threads, seed = grid
                 folder = out / f"t{threads}_s{seed}"
                 log = (out / f"t{threads}_s{seed}.log").open("w")
                 print(f"demo_robustness: seed {seed}, {threads} thread(s) → {folder}", flush=True)
-                process = subprocess.Popen(grid_command(seed, threads, folder, overrides), shell=True, cwd=REPO,
+                process = subprocess.Popen(grid_command(seed, threads, jobs, folder, overrides), shell=True, cwd=REPO,
                                            stdout=log, stderr=subprocess.STDOUT)
                 running[grid] = (process, time.perf_counter())
                 pending.remove(grid)
@@ -125,16 +126,17 @@ def report(grids: list[tuple[int, int]], out: Path, seconds: dict) -> tuple[str,
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
-    parser.add_argument("--threads", nargs="+", type=int, default=[1, 2])
+    parser.add_argument("--threads", nargs="+", type=int, default=[1])
+    parser.add_argument("--jobs", type=int, default=2, help="runs side by side within a grid (the demo's 2)")
     parser.add_argument("--out", type=Path, default=Path("runs/robustness"))
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 1,
-                        help="grids run side by side while the sum of their threads fits in this")
+                        help="grids run side by side while the sum of their threads × jobs fits in this")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every grid (after --)")
     args = parser.parse_args(argv)
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     grids = [(t, s) for t in sorted(args.threads) for s in args.seeds]
-    seconds = run_grids(grids, out, args.overrides, args.cores)
+    seconds = run_grids(grids, args.jobs, out, args.overrides, args.cores)
     text, data = report(grids, out, seconds)
     print(text)
     (out / "robustness.md").write_text(text + "\n")
