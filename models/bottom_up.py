@@ -152,7 +152,7 @@ class BottomUp(MaskedCopy):
 
     @property
     def frozen_parts(self) -> list[nn.Module]:
-        """Trained parts this model holds besides its own weights: `trainer.train` checks their vocabulary."""
+        """`models.summarizer.HoldsTrainedParts`: the selector, whose vocabulary `trainer.train` checks."""
         return [self.selector]
 
     def selection(self, batch: Batch) -> Tensor:

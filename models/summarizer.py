@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from models.text.batch import Batch
 
@@ -72,6 +72,15 @@ class Summarizer(Protocol):
                  ) -> dict[str, Tensor]:
         """{"loss", "nll", "coverage"}: the token-averaged NLL of the references (plus any extra loss); `enc` reuses
         an encoding, `forced` a teacher-forced pass whose first B rows and T columns are the references'."""
+
+
+@runtime_checkable
+class HoldsTrainedParts(Protocol):
+    """A model that holds trained networks besides its own weights (the bottom-up model's content selector), each
+    loaded from a checkpoint (`checkpoint_path`): `trainer.train` checks each one's vocabulary against the run's."""
+
+    @property
+    def frozen_parts(self) -> list[nn.Module]: ...
 
 
 def launch_bound(device: torch.device) -> bool:

@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.utilities import rank_zero_only
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
+from models.summarizer import HoldsTrainedParts
 from models.text.records import DataError
 from rewards.base import NotAReward
 from rewards.configs import ConfigRefused, RewardConfigError, instantiate_or_refuse
@@ -254,7 +255,7 @@ def build(cfg: DictConfig) -> tuple[SummarizationData, pl.LightningModule]:
     data: SummarizationData = instantiate_or_refuse(cfg.data)
     data.setup()
     model = instantiate_or_refuse(OmegaConf.merge(cfg.model, {"config": {"vocab_size": len(data.vocab)}}))
-    for part in getattr(model, "frozen_parts", []):  # trained parts handed in (a bottom-up model's selector)
+    for part in model.frozen_parts if isinstance(model, HoldsTrainedParts) else []:
         check_vocabulary(checkpoint_info(part.checkpoint_path), part.checkpoint_path, data.vocab)
     if cfg.ckpt_path:
         check_resume(cfg.ckpt_path, cfg.stage, model, data.vocab)
