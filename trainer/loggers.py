@@ -2,6 +2,7 @@
 is its own wandb run, grouped under the sweep's folder and finished when the job ends."""
 from __future__ import annotations
 
+import logging
 import netrc
 import os
 import sys
@@ -76,3 +77,15 @@ class FinishWandbRun(Callback):
         wandb = sys.modules.get("wandb")  # imported only by a run that logs to wandb
         if wandb is not None and wandb.run is not None:
             wandb.finish(exit_code=0 if job_return.status == JobStatus.COMPLETED else 1)
+
+
+class OmitLines(logging.Filter):
+    """Drops log lines that start with `start` (conf/train.yaml, `hydra.hydra_logging`): the joblib launcher prints
+    its whole `Joblib.Parallel(...)` call before each batch of a side-by-side sweep, nothing a user acts on."""
+
+    def __init__(self, start: str):
+        super().__init__()
+        self.start = start
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.start)
