@@ -147,6 +147,26 @@ def load_scorer(checkpoint: str | None, **overrides) -> tuple[object, LSScorer]:
     return tokenizer, scorer
 
 
+def article_rows(scorer: LSScorer, tokenizer, texts: list[str], batch_size: int, device: torch.device
+                 ) -> list[Tensor]:
+    """Each article's real vectors [m, K] (`LSScorer.article` without its padding), `batch_size` articles a pass."""
+    rows = []
+    for start in range(0, len(texts), batch_size):
+        ids, mask, counted = tokenize_batch(tokenizer, texts[start:start + batch_size], scorer.config.max_article_tokens)
+        vectors, real = scorer.article(ids.to(device), mask.to(device), counted.to(device))
+        rows += [v[r] for v, r in zip(vectors, real)]
+    return rows
+
+
+def padded_articles(rows: list[Tensor], device: torch.device) -> tuple[Tensor, Tensor]:
+    """`article_rows`' rows as `LSScorer.forward` reads them: (vectors [B, M, K], real [B, M])."""
+    vectors = rows[0].new_zeros(len(rows), max(1, *map(len, rows)), rows[0].size(-1))  # an empty article: 1 pad
+    real = torch.zeros(vectors.shape[:2], dtype=torch.bool)
+    for i, row in enumerate(rows):
+        vectors[i, :len(row)], real[i, :len(row)] = row, True
+    return vectors.to(device), real.to(device)
+
+
 def tokenize_batch(tokenizer, texts: list[str], max_tokens: int) -> tuple[Tensor, Tensor, Tensor]:
     """ids, attention mask and the counted mask (real tokens that are not [CLS]/[SEP]), each [B, N]."""
     enc = tokenizer(texts, truncation=True, max_length=max_tokens, padding=True, return_tensors="pt",
@@ -316,23 +336,14 @@ class LSScore(Reward):
         missing = list(dict.fromkeys(k for k in keys if k not in self._articles))
         text_of = dict(zip(keys, texts))
         found = {k: self._articles[k] for k in keys if k in self._articles}
-        for start in range(0, len(missing), self.batch_size):
-            chunk = missing[start:start + self.batch_size]
-            ids_, mask, counted = tokenize_batch(self.tokenizer, [text_of[k] for k in chunk],
-                                                 self.scorer.config.max_article_tokens)
-            vectors, real = self.scorer.article(ids_.to(device), mask.to(device), counted.to(device))
-            found.update((k, v[r]) for k, v, r in zip(chunk, vectors, real))
+        found.update(zip(missing, article_rows(self.scorer, self.tokenizer, [text_of[k] for k in missing],
+                                               self.batch_size, device)))
         for k in keys:  # least recently used last out
             self._articles[k] = found[k]
             self._articles.move_to_end(k)
         while len(self._articles) > self.cached_articles:
             self._articles.popitem(last=False)
-        rows = [found[k] for k in keys]
-        vectors = rows[0].new_zeros(len(rows), max(1, *map(len, rows)), rows[0].size(-1))  # an empty article: 1 pad
-        real = torch.zeros(vectors.shape[:2], dtype=torch.bool)
-        for i, row in enumerate(rows):
-            vectors[i, :len(row)], real[i, :len(row)] = row, True
-        return vectors.to(device), real.to(device)
+        return padded_articles([found[k] for k in keys], device)
 
     @torch.inference_mode()
     def __call__(self, inputs: RewardInput) -> Tensor:

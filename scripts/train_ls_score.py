@@ -48,8 +48,8 @@ from models.text.batch import Example  # noqa: E402
 from models.text.records import DataError, read_jsonl  # noqa: E402
 from models.text.vocab import split_at_sentence_ends  # noqa: E402
 from rewards.correlation import correlation  # noqa: E402
-from rewards.ls_score import (KINDS, PAPER_KINDS, SIMILARITIES, LSConfig, LSScorer, Negatives, lexicon,  # noqa: E402
-                              load_encoder, ranking_loss, tokenize_batch)
+from rewards.ls_score import (KINDS, PAPER_KINDS, SIMILARITIES, LSConfig, LSScorer, Negatives, article_rows,  # noqa: E402
+                              lexicon, load_encoder, padded_articles, ranking_loss, tokenize_batch)
 from scripts.cli import command, load_splits, non_negative_float, positive_int, seeded  # noqa: E402
 from trainer.sources import read_id_list  # noqa: E402
 
@@ -160,18 +160,22 @@ def read_dev(spec: str, rows: int, seed: int) -> DevSet:
 
 
 @torch.no_grad()
+@torch.no_grad()
 def dev_correlations(scorer: LSScorer, tokenizer, devs: list[DevSet], batch_size: int = 32) -> dict[str, float]:
-    """Spearman's rho of LS with each set's judgments (`dev/<name>`), and their mean (`dev`)."""
+    """Spearman's rho of LS with each set's judgments (`dev/<name>`), and their mean (`dev`). Each article is encoded
+    once: a set judges many systems' summaries of each."""
     scorer.eval()
+    device = next(scorer.parameters()).device
     rhos = {}
     for dev in devs:
+        unique = list(dict.fromkeys(dev.articles))
+        rows = dict(zip(unique, article_rows(scorer, tokenizer, unique, batch_size, device)))
         scores = []
         for i in range(0, len(dev.summaries), batch_size):
-            article = scorer.article(*tokenize_batch(tokenizer, dev.articles[i:i + batch_size],
-                                                     scorer.config.max_article_tokens))
+            article = padded_articles([rows[text] for text in dev.articles[i:i + batch_size]], device)
             ids, mask, counted = tokenize_batch(tokenizer, dev.summaries[i:i + batch_size],
                                                 scorer.config.max_summary_tokens)
-            scores += scorer(ids, mask, counted, article)["LS"].tolist()
+            scores += scorer(ids.to(device), mask.to(device), counted.to(device), article)["LS"].tolist()
         rhos[f"dev/{dev.name}"] = correlation(scores, dev.human)
     scorer.train()
     return rhos | ({"dev": sum(rhos.values()) / len(rhos)} if rhos else {})

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import json
 import random
+from unittest.mock import patch
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ import torch.nn.functional as F
 from models.text.batch import Example
 from models.text.vocab import Vocabulary
 from rewards.base import RewardInput
+from rewards.correlation import correlation
 from rewards.ls_score import LSScore, Negatives, aligned, lexicon, load_scorer, ranking_loss, tokenize_batch
 
 
@@ -246,9 +248,11 @@ def judgments(path, rows):
     return path
 
 
-DEV = [{"system": s, "source": f"police said {w} visited berlin on monday .", "candidate": f"{w} visited berlin .",
-        "overall": score} for s, w, score in (("a", "merkel", 0.9), ("b", "the president", 0.5), ("c", "france", None),
-                                              ("reference", "nobody", 1.0), ("d", "a cat", 0.1), ("e", "police", 0.3))]
+DEV = [{"system": s, "source": f"police said {a} visited berlin on monday .", "candidate": f"{w} visited berlin .",
+        "overall": score}  # two articles, each with two judged summaries
+       for s, a, w, score in (("a", "merkel", "merkel", 0.9), ("b", "merkel", "the president", 0.5),
+                              ("c", "france", "france", None), ("reference", "nobody", "nobody", 1.0),
+                              ("d", "a cat", "a cat", 0.1), ("e", "a cat", "police", 0.3))]
 
 
 def test_a_dev_set_keeps_judged_system_rows_and_its_correlation_is_spearmans(scorer_and_tokenizer, tmp_path,
@@ -258,7 +262,19 @@ def test_a_dev_set_keeps_judged_system_rows_and_its_correlation_is_spearmans(sco
     scorer, tokenizer = scorer_and_tokenizer
     dev = module.read_dev(f"{judgments(tmp_path / 'dev.jsonl', DEV)}:overall", rows=10, seed=0)
     assert dev.name == "dev:overall" and dev.human == [0.9, 0.5, 0.1, 0.3]  # no null judgment, no reference row
-    rhos = module.dev_correlations(scorer, tokenizer, [dev], batch_size=3)
+    scored, encoded = [], []  # the scores behind the correlation; the articles each encoding pass read
+    article = scorer.article
+    with patch.object(module, "correlation", lambda scores, human: scored.extend(scores) or correlation(scores, human)), \
+            patch.object(scorer, "article", lambda ids, *rest: encoded.append(len(ids)) or article(ids, *rest)):
+        rhos = module.dev_correlations(scorer, tokenizer, [dev], batch_size=3)
+    assert encoded == [2]  # each of the two articles once, for its two summaries
+    with torch.no_grad():  # each summary against its article encoded alone, without dropout
+        scorer.eval()
+        alone = [float(scorer(*tokenize_batch(tokenizer, [summary], scorer.config.max_summary_tokens),
+                              scorer.article(*tokenize_batch(tokenizer, [text], scorer.config.max_article_tokens)))["LS"])
+                 for summary, text in zip(dev.summaries, dev.articles)]
+        scorer.train()
+    assert scored == pytest.approx(alone, abs=1e-5)
     reward = LSScore(None, encoder=tiny_qa_model, alpha=0.5, beta=2.0)
     reward.scorer.load_state_dict(scorer.state_dict())
     vocab = Vocabulary([w for s in dev.summaries for w in s.split()])
