@@ -33,6 +33,13 @@ def test_summary_shows_the_decodes_at_the_start_and_at_the_best_step(tmp_path):
                                "trigrams 0.27 → 0.41")
 
 
+def test_each_validation_is_a_line_with_the_step_of_the_stage_and_the_minutes_so_far(tmp_path):
+    curve = ValidationCurve("val/reward", "max", str(tmp_path / "seed_0" / "rouge_l"), panels=["val/loss"])
+    curve.points = [*POINTS, {"step": 150, "seconds": 79.6, "val/reward": 0.6612, "val/loss": 1.25}]
+    assert curve.progress(200) == "seed_0/rouge_l, step 150 of 200 (1:20): val/reward 0.6612, val/loss 1.25"
+    assert curve.progress(-1).startswith("seed_0/rouge_l, step 150 (1:20): ")  # a stage that max_epochs ends
+
+
 def test_points_survive_a_checkpoint_and_are_written(tmp_path):
     curve = ValidationCurve("val/reward", "max", str(tmp_path))
     curve.points = list(POINTS)

@@ -226,12 +226,14 @@ def test_best_checkpoint_is_the_start_when_training_never_beats_it(mle_run, monk
 
 def console_noise(console: str, jobs: int) -> list[str]:
     """What a sweep's console should not hold: absl's lines, Python warnings (`file.py:N: message`), Lightning's table
-    of test metrics (the results table prints them), the joblib launcher's call, a stage's result line twice."""
+    of test metrics (the results table prints them), the joblib launcher's call, a stage's result line twice or
+    without its run's name (runs side by side interleave their lines)."""
     lines = console.splitlines()
     noise = [line for line in lines if "absl" in line or re.search(r"\.py:\d+: ", line) or "test/rouge" in line
              or "Joblib.Parallel(" in line]
     results = [line for line in lines if "→ best" in line]
-    return noise + ([] if len(results) == jobs else results)
+    unnamed = [line for line in results if not re.search(r" - seed_\d+/\w+: ", line)]
+    return noise + unnamed + ([] if len(results) == jobs else results)
 
 
 @pytest.mark.slow

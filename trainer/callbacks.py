@@ -54,9 +54,22 @@ class ValidationCurve(pl.Callback):
             seconds = 0.0 if self._train_start is None else time.perf_counter() - self._train_start
             self.points.append({"step": trainer.global_step, "seconds": round(seconds, 2), **values})
             if trainer.is_global_zero:  # progress in one line, where runs side by side have no progress bars
-                shown = [k for k in dict.fromkeys((self.monitor, *self.panels)) if k in values]
-                log.info("%s, step %d: %s", "/".join(self.output_dir.parts[-2:]), trainer.global_step,
-                         ", ".join(f"{k} {values[k]:.4g}" for k in shown))
+                log.info(self.progress(trainer.max_steps))
+
+    @property
+    def name(self) -> str:
+        """The run as the console names it: its folder and the one above (a sweep's seed_<s>/<reward>)."""
+        return "/".join(self.output_dir.parts[-2:])
+
+    def progress(self, max_steps: int) -> str:
+        """The latest validation in a line: the run, its step (of `max_steps`, where set), the minutes since training
+        started and the values of the monitor and the panels."""
+        point = self.points[-1]
+        minutes, seconds = divmod(round(point["seconds"]), 60)
+        shown = [k for k in dict.fromkeys((self.monitor, *self.panels)) if k in point]
+        return (f"{self.name}, step {point['step']}"
+                + (f" of {max_steps}" if max_steps > 0 else "") + f" ({minutes}:{seconds:02d}): "
+                + ", ".join(f"{k} {point[k]:.4g}" for k in shown))
 
     def state_dict(self) -> dict:
         return {"points": self.points}
@@ -82,7 +95,7 @@ class ValidationCurve(pl.Callback):
         if not trainer.is_global_zero or not self.points:
             return
         line = self.summary()
-        log.info(line)
+        log.info("%s: %s", self.name, line)
         self.output_dir.mkdir(parents=True, exist_ok=True)
         (self.output_dir / "val_summary.txt").write_text(line + "\n", encoding="utf-8")
         self.write_csv(self.output_dir / "val_curve.csv")
