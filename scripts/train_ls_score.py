@@ -160,7 +160,6 @@ def read_dev(spec: str, rows: int, seed: int) -> DevSet:
 
 
 @torch.no_grad()
-@torch.no_grad()
 def dev_correlations(scorer: LSScorer, tokenizer, devs: list[DevSet], batch_size: int = 32) -> dict[str, float]:
     """Spearman's rho of LS with each set's judgments (`dev/<name>`), and their mean (`dev`). Each article is encoded
     once: a set judges many systems' summaries of each."""
