@@ -124,6 +124,9 @@ class Reward:
     # whether it already costs a summary its repeats: ROUGE-L's precision counts a repeated phrase as unmatched, the
     # mover's bags of words do not, and `rl.penalize_repeats=blind` wraps only those that do not (`rewards.repeats`)
     sees_repeats: bool = False
+    # whether it pays for something other than content, as a control (the length-only reward: `rewards.length`):
+    # table4 shows its row as the control beside every other reward's gain
+    control: bool = False
 
     @property
     def display(self) -> Display:

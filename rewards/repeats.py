@@ -53,6 +53,10 @@ class RepeatPenalty(Reward):
         return self.wrapped.display
 
     @property
+    def control(self) -> bool:
+        return self.wrapped.control
+
+    @property
     def judge(self) -> Reward:
         return self.wrapped.judge
 

@@ -25,7 +25,7 @@ def test_self_critical_loss_sign_and_eos_mask():
     log_probs = torch.full((2, 4), -1.0, requires_grad=True)
     lengths = torch.tensor([2, 3])  # row 0 ended with </s> at step 1 (counted), row 1 at step 2
     sample_reward, baseline = torch.tensor([1.0, 0.0]), torch.tensor([0.5, 0.5])
-    loss = self_critical_loss(log_probs, lengths, sample_reward, baseline)
+    loss = self_critical_loss(log_probs, lengths, sample_reward - baseline)
     # −(r(ŷ) − r(ỹ))·Σ_t log p(ŷ_t): by hand, −0.5·(−2) and +0.5·(−3)
     assert torch.allclose(loss, torch.tensor([1.0, -1.5]))
     loss.sum().backward()
@@ -36,8 +36,7 @@ def test_self_critical_loss_sign_and_eos_mask():
 
 def test_self_critical_loss_length_normalisation():
     log_probs = torch.full((1, 4), -2.0)
-    loss = self_critical_loss(log_probs, torch.tensor([4]), torch.tensor([1.0]), torch.tensor([0.0]),
-                              length_normalize=True)
+    loss = self_critical_loss(log_probs, torch.tensor([4]), torch.tensor([1.0]), length_normalize=True)
     assert torch.allclose(loss, torch.tensor([2.0]))
 
 
@@ -160,7 +159,7 @@ def test_k1_greedy_equals_the_self_critical_loss():
     reward = lambda d: torch.where(batch.has_reference,  # noqa: E731
                                    module.reward(RewardInput.from_decoded(d.ids, d.lengths, batch, module.vocab)), 0.0)
     log_p = module.model.teacher_forced(enc, decoder_inputs(s.ids, module.vocab), s.ids).log_probs
-    rl = self_critical_loss(log_p, s.lengths, reward(s), reward(g))
+    rl = self_critical_loss(log_p, s.lengths, reward(s) - reward(g))
     expected = 0.7 * rl.mean() + 0.3 * module.model.mle_loss(batch, enc=enc)["loss"]
     torch.testing.assert_close(loss, expected, atol=1e-6, rtol=1e-6)
 

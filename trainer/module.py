@@ -45,7 +45,8 @@ class SummarizationModule(pl.LightningModule):
                  rollout_processors: dict[str, StepProcessor | None] | None = None, beam: dict[str, Any] | None = None,
                  metrics: dict[str, Reward] | None = None,
                  select_by: str = "reward", max_nonfinite_steps: int = 10, output_dir: str = ".",
-                 unlabelled_fraction: float = 0.0, samples_to_log: int = 8, samples_seed: int = 0,
+                 unlabelled_fraction: float = 0.0, length_neutral: float = 0.0, samples_to_log: int = 8,
+                 samples_seed: int = 0,
                  reading: dict[str, Any] | None = None):
         super().__init__()
         if not 0 <= unlabelled_fraction < 1:
@@ -55,7 +56,7 @@ class SummarizationModule(pl.LightningModule):
         # the test's trigram blocking, so that the reward judges what the test decoder would not already fix
         self.objective = objective_for(
             reward, gamma=gamma, samples=samples, baseline=baseline, temperature=temperature, rl_max_len=rl_max_len,
-            length_normalize=length_normalize, unlabelled_fraction=unlabelled_fraction,
+            length_normalize=length_normalize, unlabelled_fraction=unlabelled_fraction, length_neutral=length_neutral,
             processors=[p for p in (rollout_processors or {}).values() if p is not None])
         self.val_max_len = val_max_len
         self.beam = dict(beam or {})

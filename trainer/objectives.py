@@ -22,7 +22,8 @@ from models.text.vocab import SENTENCE_END, Vocabulary, as_text
 from rewards.base import Reward, RewardInput, not_applicable, zero_where_not_applicable
 from trainer.baselines import Baseline, GreedyBaseline
 from trainer.evaluate import decoded_summaries
-from trainer.rl import advantage_statistics, mixed_loss, sample_statistics, self_critical_loss, term_statistics
+from trainer.rl import (advantage_statistics, length_neutral_advantage, mixed_loss, sample_statistics,
+                        self_critical_loss, term_statistics)
 from trainer.schedules import Constant
 from trainer.timing import untimed
 
@@ -74,7 +75,8 @@ class MLE:
 @dataclass
 class Rollouts:
     """A batch's training decodes: k samples per article (rows i·k … i·k + k − 1), then a greedy row each if the
-    baseline needs it, with their rewards (0 where the reward does not apply) and each sample's baseline."""
+    baseline needs it, with their rewards (0 where the reward does not apply), each sample's baseline, and its
+    advantage over it (`rl.length_neutral`: with its length's share taken out)."""
 
     decoded: Decoded
     articles: list[int]          # the article behind each decoded row
@@ -84,11 +86,8 @@ class Rollouts:
     not_applicable: Tensor       # [B·k (+ B)]
     sample_rewards: Tensor       # [B, k]
     baseline: Tensor             # [B, k]
+    advantage: Tensor            # [B, k]
     reward_seconds: float
-
-    @property
-    def advantage(self) -> Tensor:
-        return self.sample_rewards - self.baseline
 
 
 class SelfCritical:
@@ -97,23 +96,29 @@ class SelfCritical:
 
     `unlabelled_fraction`: the fraction of each training batch without references. Those rows get no MLE term (its
     mean is over reference tokens) and, from a weighted-sum reward, only its reference-free terms; its
-    reference-based terms weigh 1/(1 − fraction) on the other rows (`rewards.base.WeightedSum.total`)."""
+    reference-based terms weigh 1/(1 − fraction) on the other rows (`rewards.base.WeightedSum.total`).
+
+    `length_neutral` (0 … 1, `rl.length_neutral`): that share of the batch's advantages' linear dependence on the
+    samples' lengths is taken out (`trainer.rl.length_neutral_advantage`), so that the reward does not teach length."""
 
     stage = "mixed"
 
     def __init__(self, reward: Reward, gamma: Callable[[int], float] | None = None, samples: int = 1,
                  baseline: Baseline | None = None, temperature: float = 1.0, rl_max_len: int = 100,
                  length_normalize: bool = False, processors: list[StepProcessor] | None = None,
-                 unlabelled_fraction: float = 0.0):
+                 unlabelled_fraction: float = 0.0, length_neutral: float = 0.0):
         if samples < 1:
             raise ValueError(f"rl.samples must be at least 1, got {samples}")
         if temperature <= 0:
             raise ValueError(f"rl.temperature must be positive, got {temperature}")
+        if not 0 <= length_neutral <= 1:
+            raise ValueError(f"rl.length_neutral must be in [0, 1] (the share of length taken out), got "
+                             f"{length_neutral}")
         self.reward, self.gamma = reward, gamma or Constant(0.0)
         self.samples, self.baseline, self.temperature = samples, baseline or GreedyBaseline(), temperature
         self.rl_max_len, self.length_normalize = rl_max_len, length_normalize
         self.processors = list(processors or [])
-        self.unlabelled_fraction = unlabelled_fraction
+        self.unlabelled_fraction, self.length_neutral = unlabelled_fraction, length_neutral
 
     @property
     def judge(self) -> Reward:
@@ -150,7 +155,11 @@ class SelfCritical:
         rewards = zero_where_not_applicable(self.reward, rewards, inputs)
         r_sample = rewards[: B * k].view(B, k)
         baseline = self.baseline(r_sample, rewards[B * k:] if with_greedy else None)
-        return Rollouts(decoded, articles, rollouts, rewards, terms, missing, r_sample, baseline,
+        lengths = inputs.hyp_lens.float()
+        sample_lengths = lengths[: B * k].view(B, k)
+        gap = sample_lengths - self.baseline(sample_lengths, lengths[B * k:] if with_greedy else None)
+        advantage = length_neutral_advantage(r_sample - baseline, gap, self.length_neutral)
+        return Rollouts(decoded, articles, rollouts, rewards, terms, missing, r_sample, baseline, advantage,
                         time.perf_counter() - decode_end)
 
     def loss(self, model: Summarizer, vocab: Vocabulary, batch: Batch, enc: Any, step: int, timer: Timer = untimed
@@ -163,8 +172,8 @@ class SelfCritical:
         out = self.rollouts(model, vocab, batch, enc, timer=timer)
         sampled = out.decoded.rows(slice(0, B * k))
         mle, sample_log_probs = self.teacher_forced(model, vocab, batch, enc, sampled, out.articles[: B * k], timer)
-        rl = self_critical_loss(sample_log_probs, sampled.lengths, out.sample_rewards.flatten(),
-                                out.baseline.flatten(), self.length_normalize).view(B, k).mean(1)
+        rl = self_critical_loss(sample_log_probs, sampled.lengths, out.advantage.flatten(),
+                                self.length_normalize).view(B, k).mean(1)
         loss = mixed_loss(gamma, rl, mle["loss"], bool(batch.has_reference.any()))
         greedy_reward = {"reward_greedy": out.rewards[B * k:].mean()} if self.baseline.needs_greedy else {}
         return loss, {

@@ -15,17 +15,32 @@ from torch import Tensor
 from trainer.diagnostics import distinct_ngram_ratio, lead_copy_rate, novel_ngram_rate, repeated_ngram_rate
 
 
-def self_critical_loss(sample_log_probs: Tensor, sample_lengths: Tensor, sample_reward: Tensor,
-                       baseline_reward: Tensor, length_normalize: bool = False) -> Tensor:
-    """−(r(ŷ) − b)·Σ_t log p(ŷ_t) per sample, summed over the sample up to and including its first </s>
-    (`sample_lengths` [N]), with one baseline b per sample (the greedy decode's reward: self-critical).
-    sample_log_probs [N, T], rewards [N]. Returns [N]."""
+def self_critical_loss(sample_log_probs: Tensor, sample_lengths: Tensor, advantage: Tensor,
+                       length_normalize: bool = False) -> Tensor:
+    """−A·Σ_t log p(ŷ_t) per sample, summed over the sample up to and including its first </s> (`sample_lengths`
+    [N]), A the sample's advantage r(ŷ) − b over its baseline (the greedy decode's reward: self-critical).
+    sample_log_probs [N, T], advantage [N]. Returns [N]."""
     steps = torch.arange(sample_log_probs.size(1), device=sample_log_probs.device)[None]
     mask = steps < sample_lengths[:, None]
     sequence = (sample_log_probs * mask).sum(1)
     if length_normalize:
         sequence = sequence / sample_lengths.clamp(min=1)
-    return -(sample_reward - baseline_reward).detach() * sequence
+    return -advantage.detach() * sequence
+
+
+def length_neutral_advantage(advantage: Tensor, length_gap: Tensor, strength: float = 1.0) -> Tensor:
+    """The advantages [B, k] less `strength` × the slope of their least-squares line on the samples' length gaps over
+    their baselines ([B, k], tokens; the baseline's length taken as its reward is): A − s·b·Δℓ. At strength 1 the
+    batch's advantages no longer rise or fall with a sample's length, so the gradient pays (to first order) only
+    for what the reward sees at equal length, the intercept: the training-time twin of table4's gain at equal
+    length (`trainer.significance.at_equal_length`). Gaps that do not vary leave the advantages as they are."""
+    gap = length_gap.float()
+    centred = gap - gap.mean()
+    spread = (centred * centred).sum()
+    if strength == 0 or spread == 0:
+        return advantage
+    slope = (centred * (advantage - advantage.mean())).sum() / spread
+    return advantage - strength * slope * gap
 
 
 def mixed_loss(gamma: float, rl_per_article: Tensor, mle: Tensor, any_reference: bool) -> Tensor:
