@@ -11,7 +11,11 @@ Every other run is compared, article by article, with the MLE run (--baseline na
 from, as its config records (`lineage`); runs from before that record pair with the baseline of their seed. A
 paired bootstrap over the test articles gives each difference a 95% percentile interval. Runs of one name with
 several seeds (`-m ... seed=0,1,2`) form one row: its means are over the seeds, its interval resamples seeds, then
-articles (a two-level bootstrap), and the diagonal says how many seeds are significant on their own. Writes
+articles (a two-level bootstrap), and the diagonal says how many seeds are significant on their own. Every row shows
+its summaries' mean length in tokens, and every difference its value at equal length (`at_equal_length`: the
+intercept of the per-article regression of the difference on the length difference), from the same resamples; a
+control row (the length-only reward, `Reward.control`) shows what length alone buys, and each reward's gain on its
+own metric is also compared with it, seed by seed. Writes
 table4.md (printed too), table4.csv, table4.json and table4_diff.png. `--examples N` adds N test articles, the
 reference and every row's summary with its own metric's score (`choose_examples` says which articles).
 """
@@ -68,6 +72,7 @@ class Run:
     stored: list[str] = field(default_factory=list)
     trained: bool = True  # false: a test of another run's weights (train=false init_from=...)
     stage: str | None = None
+    control: bool = False  # its reward is a control (the length-only row), not a reward for content
 
     @classmethod
     def read(cls, path: Path) -> "Run":
@@ -80,7 +85,7 @@ class Run:
             return cls(path, str(cfg.get("run_name") or path.name), str(record["row"]), cfg.get("seed"),
                        cfg.get("run_id"), list(cfg.get("lineage") or []), cfg.get("init_from"), cfg.get("threads"),
                        record["test_metric"], dict(record["columns"]), list(record["stored"]), cfg.get("train", True),
-                       cfg.get("stage"))
+                       cfg.get("stage"), bool(record.get("control", False)))
         except Exception as error:  # whatever the file holds, one line naming it
             reason = " ".join(str(error).split())[:200]
             raise DataError(f"{path / 'config.yaml'}: not a run's config ({type(error).__name__}: {reason})") from None
@@ -274,7 +279,8 @@ def has_greedy(run: Run) -> bool:
 
 def score_run(run: Run, metrics: dict, decoder: str = "beam") -> tuple[dict[str, float], dict[str, dict[str, float]]]:
     """The run's means (and `n`), and its scores per article id, of its test's beam decodes or, with `decoder`
-    "greedy", of its greedy decodes with each one's `summary_shape` (tokens, repeated trigrams). ROUGE and `metrics`
+    "greedy", of its greedy decodes; with each summary's length in `tokens` (and, greedy, the rest of its
+    `summary_shape`: the beam blocks repeated trigrams). ROUGE and `metrics`
     are computed anew; the metrics that read the article (not in summaries.jsonl: the unsupervised QA metrics,
     LS-Score) are taken as the run scored them at test time."""
     path = run.path / "summaries.jsonl"
@@ -285,10 +291,10 @@ def score_run(run: Run, metrics: dict, decoder: str = "beam") -> tuple[dict[str,
     refs = [[s.split() for s in r["reference"].split("\n")] for r in rows]
     from_text = {key: metric for key, metric in metrics.items() if not metric.display.reads_article}
     means, per_example = evaluate(hyps, refs, from_text)
-    if decoder == "greedy":
-        for scores, hyp in zip(per_example, hyps):
-            scores |= summary_shape(hyp)
-        means |= mean_shape(per_example)
+    shape = SHAPE_KEYS if decoder == "greedy" else ("tokens",)
+    for scores, hyp in zip(per_example, hyps):
+        scores |= {key: value for key, value in summary_shape(hyp).items() if key in shape}
+    means |= mean_shape(per_example)
     for key in dict.fromkeys([*run.stored, *sorted(metrics.keys() - from_text.keys())]):
         stored = [r["scores"].get(key) for r in rows]
         if all(v is not None for v in stored):
@@ -311,10 +317,13 @@ def format_interval(interval: Interval) -> str:
 
 @dataclass
 class Comparison:
-    """A row's difference from the baseline on one metric: pooled over its seeds, and seed by seed."""
+    """A row's difference from the baseline on one metric: pooled over its seeds, and seed by seed; and the same at
+    equal length (`at_equal_length`; None for the lengths themselves, or runs whose lengths were not scored)."""
 
     pooled: Interval
     per_seed: dict[int | None, Interval]
+    equal_length: Interval | None = None
+    equal_length_per_seed: dict[int | None, Interval] = field(default_factory=dict)
 
     @property
     def significant_seeds(self) -> int:
@@ -324,7 +333,8 @@ class Comparison:
 def compare_rows(rows: dict[str, list[Run]], pairs: dict[Path, Run], scores: dict[Path, dict], metrics: list[str],
                  resamples: int, seed: int) -> dict[str, dict[str, Comparison]]:
     """Every non-baseline row's `Comparison` on each metric that its runs scored (a metric read at test time, such as
-    an MLE run's LS-Score, may be missing from another run), each run paired by article with its own baseline."""
+    an MLE run's LS-Score, may be missing from another run), each run paired by article with its own baseline; at
+    equal length too, where the runs' summaries' `tokens` were scored."""
     out = {}
     for row, runs in rows.items():
         if runs[0].path not in pairs:
@@ -333,11 +343,41 @@ def compare_rows(rows: dict[str, list[Run]], pairs: dict[Path, Run], scores: dic
         for metric in metrics:
             if any(metric not in article for run in runs for article in scores[run.path].values()):
                 continue
-            deltas = {run.seed: paired_differences(scores[run.path], scores[pairs[run.path].path], metric, row,
-                                                   pairs[run.path].row) for run in runs}
-            out[row][metric] = Comparison(pooled_bootstrap(list(deltas.values()), resamples, seed, LEVEL),
-                                          {s: paired_bootstrap(d, resamples, seed, LEVEL) for s, d in deltas.items()})
+            lengths = metric not in SHAPE_KEYS and all("tokens" in article for run in [*runs, *(pairs[r.path] for r in
+                                                       runs)] for article in scores[run.path].values())
+            keys = [metric, "tokens"] if lengths else [metric]
+            pairs_of = {run.seed: paired_differences(scores[run.path], scores[pairs[run.path].path], keys, row,
+                                                     pairs[run.path].row) for run in runs}
+            deltas = [d[:, 0] for d in pairs_of.values()]
+            comparison = Comparison(pooled_bootstrap(deltas, resamples, seed, LEVEL),
+                                    {s: paired_bootstrap(d[:, 0], resamples, seed, LEVEL) for s, d in pairs_of.items()})
+            if lengths:
+                comparison.equal_length = pooled_bootstrap(deltas, resamples, seed, LEVEL,
+                                                           [d[:, 1] for d in pairs_of.values()])
+                comparison.equal_length_per_seed = {s: paired_bootstrap(d[:, 0], resamples, seed, LEVEL, d[:, 1])
+                                                    for s, d in pairs_of.items()}
+            out[row][metric] = comparison
     return out
+
+
+def compare_with_control(rows: dict[str, list[Run]], scores: dict[Path, dict], own: dict[str, str], resamples: int,
+                         seed: int) -> tuple[str | None, dict[str, Interval]]:
+    """The control row (the length-only reward's), and each other reward row's difference from it on its own
+    metric: each seed's run paired by article with the control's run of that seed, pooled over the seeds both have."""
+    control = next((row for row, runs in rows.items() if runs[0].control), None)
+    if control is None:
+        return None, {}
+    by_seed = {run.seed: run for run in rows[control]}
+    out = {}
+    for row, metric in own.items():
+        runs = [run for run in rows[row] if run.seed in by_seed and not run.control]
+        if not runs or any(metric not in article for run in [*runs, *rows[control]]
+                           for article in scores[run.path].values()):
+            continue
+        deltas = [paired_differences(scores[run.path], scores[by_seed[run.seed].path], metric, row, control)
+                  for run in runs]
+        out[row] = pooled_bootstrap(deltas, resamples, seed, LEVEL)
+    return control, out
 
 
 def best_row(results: dict[str, dict[str, float]], metric: str, candidate: str) -> str:
@@ -346,17 +386,27 @@ def best_row(results: dict[str, dict[str, float]], metric: str, candidate: str) 
     return candidate if results[candidate][metric] >= top else next(r for r in results if results[r].get(metric) == top)
 
 
+def starred(interval: Interval) -> str:
+    return format_interval(interval) + ("*" if interval.significant else "")
+
+
 def significance_report(results: dict[str, dict[str, float]], comparisons: dict[str, dict[str, Comparison]],
                         baseline: str, own: dict[str, str], headers: dict[str, str], seeds: int, resamples: int,
-                        seed: int) -> str:
-    """Markdown: every row's difference from the baseline per metric, then each reward row on its own metric, with
-    whether it is the best row there and, over several seeds, how many of them are significant on their own."""
+                        seed: int, control: tuple[str | None, dict[str, Interval]] = (None, {})) -> str:
+    """Markdown: every row's difference from the baseline per metric, the same at equal length, then each reward row
+    on its own metric, with whether it is the best row there, its gain at equal length and beside the control row
+    (`compare_with_control`) and, over several seeds, how many of them are significant on their own."""
     intervals = {row: {m: c.pooled for m, c in cells.items()} for row, cells in comparisons.items()}
-    table = results_table(intervals, headers, cell=lambda iv: format_interval(iv) + ("*" if iv.significant else ""))
+    equal = {row: {m: c.equal_length for m, c in cells.items() if c.equal_length} for row, cells in comparisons.items()}
     pooled = f"; {seeds} seeds pooled (two-level bootstrap: seeds, then articles)" if seeds > 1 else ""
-    lines = [f"Difference from {baseline}:", "", table, "",
+    lines = [f"Difference from {baseline}:", "", results_table(intervals, headers, cell=starred), "",
              f"paired bootstrap over {results[baseline]['n']:,} test articles, {resamples:,} resamples, "
              f"seed {seed}, {LEVEL:.0%} percentile intervals{pooled}; * = interval excludes 0"]
+    if any(equal.values()):
+        lines += ["", f"Difference from {baseline} at equal length (the intercept of each seed's per-article "
+                  "regression of the difference on the difference in tokens: what the row gains where its summary "
+                  "is as long as the baseline's; same resamples):", "", results_table(equal, headers, cell=starred)]
+    control_row, beside_control = control
     diagonal = []
     for row, metric in own.items():
         if metric not in comparisons.get(row, {}):
@@ -367,6 +417,10 @@ def significance_report(results: dict[str, dict[str, float]], comparisons: dict[
                 f"{results[row][metric]:.2f} ({format_interval(comparison.pooled)}) "
                 + ("significant" if comparison.pooled.significant else "not significant")
                 + ("; the best row there" if best == row else f"; {best} is higher"))
+        if comparison.equal_length:
+            line += f"; at equal length {starred(comparison.equal_length)}"
+        if row in beside_control:
+            line += f"; beside the control ({control_row}) {starred(beside_control[row])}"
         if seeds > 1:
             line += f"; {comparison.significant_seeds} of {len(comparison.per_seed)} seeds significant: " + ", ".join(
                 f"seed {s} {format_interval(iv)}{'*' if iv.significant else ''}"
@@ -374,6 +428,8 @@ def significance_report(results: dict[str, dict[str, float]], comparisons: dict[
         diagonal.append(line)
     if diagonal:
         lines += ["", "Each reward on its own metric:", "", *diagonal]
+    if control_row:
+        lines += ["", f"Control: {control_row} pays for length alone; its differences are what length buys."]
     return "\n".join(lines)
 
 
@@ -431,11 +487,21 @@ def interval_fields(interval: Interval) -> dict[str, float | bool]:
 
 def write_results_csv(path: Path, results: dict[str, dict[str, float]],
                       comparisons: dict[str, dict[str, Comparison]]) -> None:
-    """One line per model and metric (the pooled interval); the interval columns stay empty for the baseline."""
+    """One line per model and metric (the pooled interval, and at equal length); the interval columns stay empty for
+    the baseline."""
+    def fields(model: str, metric: str) -> dict[str, float | bool]:
+        comparison = comparisons.get(model, {}).get(metric)
+        if comparison is None:
+            return {}
+        equal = comparison.equal_length
+        return interval_fields(comparison.pooled) | ({f"equal_length_{k}": v for k, v in interval_fields(equal).items()}
+                                                     if equal else {})
     lines = [{"model": model, "metric": metric, "mean": mean, "n": means["n"], "seeds": means["seeds"],
-              **(interval_fields(comparisons[model][metric].pooled) if metric in comparisons.get(model, {}) else {})}
+              **fields(model, metric)}
              for model, means in results.items() for metric, mean in means.items() if metric not in ("n", "seeds")]
-    write_csv(path, ["model", "metric", "mean", "delta", "low", "high", "significant", "n", "seeds"], lines)
+    equal_length = [f"equal_length_{key}" for key in ("delta", "low", "high", "significant")]
+    write_csv(path, ["model", "metric", "mean", "delta", "low", "high", "significant", *equal_length, "n", "seeds"],
+              lines)
 
 
 def runs_caption(runs: list[Run]) -> str:
@@ -445,11 +511,12 @@ def runs_caption(runs: list[Run]) -> str:
     return f"seed {listed({r.seed for r in runs})}, threads {listed({r.threads for r in runs})}"
 
 
-def plot_differences(path: Path, intervals: dict[str, dict[str, Interval]], baseline: str, headers: dict[str, str],
-                     caption: str) -> None:
-    """One panel per metric, one error bar per row: filled where the interval excludes 0, hollow where not."""
-    rows = list(intervals)
-    metrics = list(dict.fromkeys(metric for cells in intervals.values() for metric in cells))  # a row may lack one
+def plot_differences(path: Path, comparisons: dict[str, dict[str, Comparison]], baseline: str,
+                     headers: dict[str, str], caption: str) -> None:
+    """One panel per metric, two error bars per row, the difference (blue) and at equal length (orange, below it):
+    filled where the interval excludes 0, hollow where not."""
+    rows = list(comparisons)
+    metrics = list(dict.fromkeys(metric for cells in comparisons.values() for metric in cells))  # a row may lack one
     ncols = min(len(metrics), 4)
     nrows = -(-len(metrics) // ncols)
     # A bare Figure draws with Agg, without pyplot's global state or a GUI backend.
@@ -457,18 +524,21 @@ def plot_differences(path: Path, intervals: dict[str, dict[str, Interval]], base
     axes = fig.subplots(nrows, ncols, sharey=True, squeeze=False).ravel()
     for ax, metric in zip(axes, metrics):
         for y, row in enumerate(rows):
-            if (interval := intervals[row].get(metric)) is None:
+            if (comparison := comparisons[row].get(metric)) is None:
                 continue
-            ax.errorbar(interval.mean, y, xerr=[[interval.mean - interval.low], [interval.high - interval.mean]],
-                        fmt="o", color="C0", markerfacecolor="C0" if interval.significant else "white", capsize=3)
+            for offset, color, interval in ((0.0, "C0", comparison.pooled), (0.25, "C1", comparison.equal_length)):
+                if interval is not None:
+                    ax.errorbar(interval.mean, y + offset, capsize=3, fmt="o", color=color,
+                                xerr=[[max(interval.mean - interval.low, 0)], [max(interval.high - interval.mean, 0)]],
+                                markerfacecolor=color if interval.significant else "white")
         ax.axvline(0, color="grey", linewidth=0.8, zorder=0)
         ax.set_title(headers.get(metric, metric))
     for ax in axes[len(metrics):]:
         ax.set_visible(False)
     axes[0].set_yticks(range(len(rows)), rows)
     axes[0].invert_yaxis()  # once: the panels share the y axis, so each call would flip it back
-    fig.suptitle(f"Difference from {baseline}, {LEVEL:.0%} paired bootstrap intervals "
-                 f"(filled: interval excludes 0); {caption}")
+    fig.suptitle(f"Difference from {baseline} (blue) and at equal length (orange), {LEVEL:.0%} paired bootstrap "
+                 f"intervals (filled: interval excludes 0); {caption}")
     fig.savefig(path, dpi=120)
 
 
@@ -583,6 +653,7 @@ def main(argv: list[str] | None = None) -> None:
     headers = columns(metrics)
     for run in runs:
         headers |= {key: column for key, column in run.columns.items() if key not in headers}
+    headers["tokens"] = SHAPE_HEADERS["tokens"]
     baseline = baseline_row(runs, args.baseline)
     order = list(headers)  # the baseline, then the reward rows in the order of their test metrics' columns
     rows: dict[str, list[Run]] = {}
@@ -604,13 +675,14 @@ def main(argv: list[str] | None = None) -> None:
                                        args.resamples, args.seed)
         except ValueError as error:
             raise SystemExit(f"table4: {error}") from error
+        control = compare_with_control(rows, scores, own, args.resamples, args.seed)
         report += "\n\n" + significance_report(results, comparisons, baseline, own, headers, seeds, args.resamples,
-                                                 args.seed)
+                                                 args.seed, control)
         greedy, greedy_results, greedy_comparisons = greedy_report(rows, pairs, metrics, comparisons, own, headers,
                                                                    args.resamples, args.seed)
         report += "\n\n" + greedy if greedy else ""
     else:
-        greedy_results, greedy_comparisons = {}, {}
+        greedy_results, greedy_comparisons, control = {}, {}, (None, {})
         print(f"table4: no intervals were computed (they need the {baseline} run, run_name {args.baseline}, "
               "and at least one other)", file=sys.stderr)
     labelled = {(run.row if len(row_runs) == 1 else f"{run.row} (seed {run.seed})"): run.path
@@ -625,6 +697,8 @@ def main(argv: list[str] | None = None) -> None:
     table = {model: dict(row) for model, row in shown.items()}
     for model, cells in comparisons.items():
         table[model]["vs_mle"] = {metric: interval_fields(c.pooled) for metric, c in cells.items()}
+        table[model]["vs_mle_equal_length"] = {metric: interval_fields(c.equal_length) for metric, c in cells.items()
+                                               if c.equal_length}
         table[model]["vs_mle_per_seed"] = {str(s): {metric: interval_fields(c.per_seed[s]) for metric, c in
                                                     cells.items()} for s in next(iter(cells.values())).per_seed}
     for model, means_greedy in greedy_results.items():
@@ -637,12 +711,13 @@ def main(argv: list[str] | None = None) -> None:
         if comparison:
             table["diagonal"][rows[row][0].run_name] = {
                 "row": row, "metric": metric, **interval_fields(comparison.pooled), "seeds": len(comparison.per_seed),
-                "seeds_significant": comparison.significant_seeds, "best_row": best_row(results, metric, row) == row}
+                "seeds_significant": comparison.significant_seeds, "best_row": best_row(results, metric, row) == row,
+                "equal_length": interval_fields(comparison.equal_length) if comparison.equal_length else None,
+                "vs_control": interval_fields(control[1][row]) if row in control[1] else None}
+    table["control"] = control[0]
     (out / "table4.json").write_text(json.dumps(table, indent=2) + "\n")
     if comparisons:
-        plot_differences(out / "table4_diff.png",
-                         {row: {m: c.pooled for m, c in cells.items()} for row, cells in comparisons.items()},
-                         baseline, headers, runs_caption(runs))
+        plot_differences(out / "table4_diff.png", comparisons, baseline, headers, runs_caption(runs))
 
 
 cli = command(main)  # the console command: bad input is one line, not a traceback

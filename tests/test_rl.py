@@ -11,6 +11,7 @@ from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
 from models.text.batch import Example, collate
 from models.text.vocab import Vocabulary
 from rewards.base import Display, Reward, RewardInput
+from rewards.length import LengthOnly
 from rewards.repeats import RepeatPenalty, repeated_ngram_counts
 from rewards.rouge import RougeL
 from trainer.baselines import GreedyBaseline, LeaveOneOut
@@ -162,6 +163,29 @@ def test_k1_greedy_equals_the_self_critical_loss():
     rl = self_critical_loss(log_p, s.lengths, reward(s) - reward(g))
     expected = 0.7 * rl.mean() + 0.3 * module.model.mle_loss(batch, enc=enc)["loss"]
     torch.testing.assert_close(loss, expected, atol=1e-6, rtol=1e-6)
+
+
+def test_the_length_only_reward_pays_tokens_up_to_its_cap():
+    reward = LengthOnly(max_tokens=4)
+    inputs = RewardInput(torch.zeros(3, 6, dtype=torch.long), torch.tensor([1, 3, 6]), batch=None, vocab=None)
+    assert reward(inputs).tolist() == [0.25, 0.75, 1.0]
+    assert reward.control and not reward.needs_reference and table_record(reward, {})["control"]
+    with pytest.raises(ValueError, match="reward.max_tokens must be a positive"):
+        LengthOnly(max_tokens=0)
+
+
+def test_a_length_neutral_objective_leaves_a_reward_of_length_alone_nothing_to_pay():
+    """Below its cap the length-only reward is linear in the samples' length: with rl.length_neutral=1 every
+    advantage is the batch's intercept, the same for every sample, however long it runs."""
+    module, batch = tiny_module(reward=LengthOnly(max_tokens=100))
+    module.objective.length_neutral, module.objective.samples = 1.0, 3
+    torch.manual_seed(3)
+    out = module.objective.rollouts(module.model, module.vocab, batch, module.model.encode(batch))
+    plain = out.sample_rewards - out.baseline
+    assert plain.std() > 0  # the samples' lengths differ, so would their advantages
+    torch.testing.assert_close(out.advantage, torch.full_like(out.advantage, float(out.advantage.mean())))
+    with pytest.raises(ValueError, match=r"rl.length_neutral must be in \[0, 1\]"):
+        tiny_module()[0].objective.__class__(RougeL(), length_neutral=1.5)
 
 
 class NaNWithoutReference(Reward):

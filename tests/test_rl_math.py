@@ -3,7 +3,10 @@ import math
 
 import torch
 
-from trainer.rl import advantage_statistics, mixed_loss, nan_std, sample_statistics, term_statistics
+import pytest
+
+from trainer.rl import (advantage_statistics, length_neutral_advantage, mixed_loss, nan_std, sample_statistics,
+                        term_statistics)
 
 
 def test_the_mixed_loss_weighs_rl_and_mle_by_gamma_and_drops_mle_without_references():
@@ -40,3 +43,20 @@ def test_sample_statistics_of_a_sample_that_repeats_and_copies_the_lead():
     assert math.isclose(float(stats["distinct_trigrams"]), 3 / 4)
     assert float(stats["novel_trigrams"]) == 0.5
     assert float(stats["lead3_copy"]) == 0.5
+
+
+@pytest.mark.parametrize("strength", [0.0, 0.5, 1.0])
+def test_length_neutral_advantage_takes_out_the_share_that_rises_with_length(strength):
+    """Advantages 1 + 0.5·gap + a residual that is centred and orthogonal to the centred gaps (−1.5, −0.5, 0.5, 1.5):
+    the least-squares slope is exactly 0.5, and `strength` of it comes out."""
+    gap = torch.tensor([[0.0, 1.0], [2.0, 3.0]])
+    residual = torch.tensor([[0.1, -0.1], [-0.1, 0.1]])
+    advantage = 1 + 0.5 * gap + residual
+    torch.testing.assert_close(length_neutral_advantage(advantage, gap, strength), advantage - strength * 0.5 * gap)
+    if strength == 1.0:
+        torch.testing.assert_close(length_neutral_advantage(advantage, gap), 1 + residual)
+
+
+def test_length_neutral_advantage_leaves_gaps_without_spread_alone():
+    advantage = torch.tensor([[0.3, -0.2]])
+    assert torch.equal(length_neutral_advantage(advantage, torch.full((1, 2), 4.0)), advantage)

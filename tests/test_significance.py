@@ -18,7 +18,9 @@ from rewards.base import Display, Reward
 from rewards.mover import SentenceMoverSimilarity, SentenceWordMoverSimilarity, WordMoverSimilarity
 from rewards.rouge import RougeL
 from test_scripts import load_script, write_jsonl
-from trainer.significance import Interval, paired_bootstrap, paired_differences, pooled_bootstrap
+from rewards.length import LengthOnly
+from trainer.significance import (Interval, at_equal_length, paired_bootstrap, paired_differences,
+                                     pooled_bootstrap)
 
 
 # ---------------------------------------------------------------- paired_bootstrap
@@ -74,6 +76,48 @@ def test_seed_reproduces_the_interval():
     assert other != first and other.mean == first.mean
     tolerance = 4 * math.sqrt(2) * monte_carlo_se(deltas, 1000)
     assert other.low == pytest.approx(first.low, abs=tolerance) and other.high == pytest.approx(first.high, abs=tolerance)
+
+
+# ---------------------------------------------------------------- the difference at equal length
+
+def test_equal_length_is_the_intercept_of_the_regression_on_the_length_gap():
+    """By hand: gaps 0, 2, 1, 3 (mean 1.5), differences 1, 3, 2, 6 (mean 3); covariance sum 8, variance sum 5, so the
+    slope is 1.6 and the intercept 3 − 1.6 · 1.5 = 0.6."""
+    deltas, gaps = np.array([1.0, 3.0, 2.0, 6.0]), np.array([0.0, 2.0, 1.0, 3.0])
+    assert at_equal_length(deltas, gaps) == pytest.approx(0.6)
+    assert paired_bootstrap(deltas, length_gaps=gaps).mean == pytest.approx(0.6)
+    assert at_equal_length(deltas, np.full(4, 7.0)) == pytest.approx(3.0)  # no spread in length: the mean
+
+
+def synthetic_row(rng: np.random.Generator, gain: float, n: int = 400) -> tuple[np.ndarray, np.ndarray]:
+    """A row whose summaries run 5–40 tokens longer than the baseline's and whose metric is 0.5 a token of length
+    plus `gain`, with noise."""
+    gaps = rng.integers(5, 40, size=n).astype(float)
+    return 0.5 * gaps + gain + rng.normal(0, 1.0, size=n), gaps
+
+
+@pytest.mark.parametrize("gain", [0.0, 2.0])
+def test_equal_length_recovers_a_known_gain_that_length_would_hide(gain):
+    rng = np.random.default_rng(7)
+    (d0, g0), (d1, g1) = synthetic_row(rng, gain), synthetic_row(rng, gain)
+    raw, equal = paired_bootstrap(d0), paired_bootstrap(d0, length_gaps=g0)
+    assert raw.low > 10  # the plain difference is mostly length
+    assert equal.low < gain < equal.high and equal.high - equal.low < 1.0
+    pooled = pooled_bootstrap([d0, d1], length_gaps_per_seed=[g0, g1])
+    assert pooled.low < gain < pooled.high and pooled.significant == (gain > 0)
+    # the same resamples as the plain interval: one seed pools to the paired one
+    assert pooled_bootstrap([d0], length_gaps_per_seed=[g0]) == equal
+
+
+def test_equal_length_refuses_gaps_that_do_not_match_the_differences():
+    with pytest.raises(ValueError, match="length_gaps must match deltas"):
+        paired_bootstrap(np.zeros(5), length_gaps=np.zeros(4))
+
+
+def test_paired_differences_of_a_metric_and_its_lengths_drop_an_article_together():
+    scores = {"a": {"m": 3.0, "tokens": 10}, "b": {"m": None, "tokens": 12}, "c": {"m": 5.0, "tokens": 9}}
+    base = {"a": {"m": 1.0, "tokens": 8}, "b": {"m": 2.0, "tokens": 8}, "c": {"m": 1.0, "tokens": 9}}
+    assert paired_differences(scores, base, ["m", "tokens"]).tolist() == [[2.0, 2.0], [4.0, 0.0]]
 
 
 # ---------------------------------------------------------------- pooled_bootstrap (seeds, then articles)
@@ -164,7 +208,7 @@ UNRELATED = "stocks fell sharply after the bank raised interest rates".split()
 
 # The rewards of the hand-made runs, by run name (their display metadata names the rows and their test metrics).
 REWARDS = {"mle": None, "rouge_l": RougeL(), "wms": WordMoverSimilarity(None), "sms": SentenceMoverSimilarity(None),
-           "s_wms": SentenceWordMoverSimilarity(None)}
+           "s_wms": SentenceWordMoverSimilarity(None), "length_only": LengthOnly()}
 BOTTOM_UP = {"mle": "Bottom-up (no reward)", "mixed": "Bottom-up Mixed w/ {reward}"}
 # QA rewards as table4 sees them (their display metadata), without a QA model
 class StandIn(Reward):
@@ -235,18 +279,20 @@ def test_table4_marks_exactly_the_rows_that_differ(grid, capsys):
     diagonal = [line for line in differences.splitlines() if line.startswith("- ")]
     assert [line.split(":")[0] for line in diagonal] == ["- Mixed w/ ROUGE-L on ROUGE-L", "- Mixed w/ WMS on WMS",
                                                          "- Mixed w/ SMS on SMS"]
-    assert diagonal[0].endswith(") significant; the best row there")
-    assert diagonal[1].endswith(") not significant; Mixed w/ ROUGE-L is higher")
-    assert diagonal[2].endswith(") not significant; Mixed w/ ROUGE-L is higher")
+    assert diagonal[0].endswith(") significant; the best row there; at equal length +50.00 [+50.00, +50.00]*")
+    assert ") not significant; Mixed w/ ROUGE-L is higher; at equal length +0.00 [" in diagonal[1]
+    assert ") not significant; Mixed w/ ROUGE-L is higher; at equal length " in diagonal[2]
 
     table = json.loads((grid / "table4.json").read_text())
     lines = list(csv.DictReader((grid / "table4.csv").open()))
-    assert len(lines) == 6 * 6
+    assert len(lines) == 6 * 7  # the metrics and the summaries' tokens
     for line in lines:
         model, metric = line["model"], line["metric"]
         assert float(line["mean"]) == pytest.approx(table[model][metric]) and line["n"] == "30"
         if model == "MLE+Pgen (no reward)":
             assert line["delta"] == line["significant"] == "" and "vs_mle" not in table[model]
+        elif metric == "tokens":  # 7 a summary, but S+WMS's 10 ("stocks fell … rates .")
+            assert float(line["delta"]) == (3 if model == "Mixed w/ S+WMS" else 0) and line["equal_length_delta"] == ""
         else:
             assert line["significant"] == str(SIGNIFICANT[model])
             delta = table[model][metric] - table["MLE+Pgen (no reward)"][metric]
@@ -262,7 +308,7 @@ def test_table4_without_mle_prints_means_only(grid, tmp_path, capsys):
     assert "| Mixed w/ WMS | " in captured.out and "Difference" not in captured.out
     assert "no intervals were computed" in captured.err
     lines = list(csv.DictReader((tmp_path / "table4.csv").open()))
-    assert len(lines) == 2 * 4 and all(line["delta"] == "" for line in lines)
+    assert len(lines) == 2 * 5 and all(line["delta"] == "" for line in lines)
     assert not (tmp_path / "table4_diff.png").exists()
 
 
@@ -286,7 +332,7 @@ def test_table4_takes_qa_scores_as_the_runs_scored_them(tmp_path, capsys):
                                               for i, r in enumerate(references)])
     load_script("table4").main([str(tmp_path), "--metrics", "--out", str(tmp_path)])
     report = capsys.readouterr().out
-    assert report.splitlines()[0].endswith("| QAconf |")
+    assert report.splitlines()[0].endswith("| QAconf | tokens |")
     table = json.loads((tmp_path / "table4.json").read_text())
     assert table["MLE+Pgen (no reward)"]["qa_conf"] == pytest.approx(10.5)
     assert table["Mixed w/ QAconf"]["vs_mle"]["qa_conf"]["delta"] == pytest.approx(20.0)
@@ -315,8 +361,8 @@ def test_table4_leaves_a_cell_empty_where_only_the_baseline_scored_a_metric(tmp_
     assert "ls_score" not in table["Mixed w/ QAconf"]["vs_mle"]
     assert "qa_conf" not in table["Mixed w/ LS-Score"]["vs_mle"]
     report = capsys.readouterr().out.splitlines()
-    assert next(line for line in report if line.startswith("| Mixed w/ QAconf |")).endswith("| - | 30.00 |")
-    assert next(line for line in report if line.startswith("| Mixed w/ LS-Score |")).endswith("| 0.50 | - |")
+    assert next(line for line in report if line.startswith("| Mixed w/ QAconf |")).endswith("| - | 30.00 | 3.00 |")
+    assert next(line for line in report if line.startswith("| Mixed w/ LS-Score |")).endswith("| 0.50 | - | 3.00 |")
     assert (tmp_path / "table4_diff.png").exists()
 
 
@@ -395,6 +441,36 @@ def test_table4_pools_seeds_and_counts_the_significant_ones(seed_grid, capsys):
     assert table["MLE+Pgen (no reward)"]["seeds"] == 3
 
 
+def test_table4_shows_the_control_row_and_each_rewards_gain_beside_it(tmp_path, capsys):
+    """Two seeds of MLE, a ROUGE-L run that copies the reference on 20 of 30 articles, and the length-only control,
+    whose summaries are the MLE run's with four unrelated words more: it gains tokens, and the ROUGE-L run gains
+    ROUGE-L over it, seed by seed."""
+    rng = np.random.default_rng(0)
+    references = [" ".join(rng.choice(WORDS, size=6, replace=False)) + " ." for _ in range(30)]
+    mle = [" ".join(r.split()[:3] + UNRELATED[:3]) + " ." for r in references]
+    for seed in (0, 1):
+        write_seed_run(tmp_path, f"seed_{seed}/mle", seed, mle, references, run_id=f"mle{seed}")
+        write_seed_run(tmp_path, f"seed_{seed}/rouge_l", seed, references[:20] + mle[20:], references,
+                       run_id=f"rl{seed}", lineage=(f"mle{seed}",))
+        write_seed_run(tmp_path, f"seed_{seed}/length_only", seed, [m[:-1] + " ".join(UNRELATED[3:7]) + " ."
+                                                                    for m in mle], references,
+                       run_id=f"len{seed}", lineage=(f"mle{seed}",))
+    load_script("table4").main([str(tmp_path / "seed_0"), str(tmp_path / "seed_1"), "--metrics", "--out",
+                                str(tmp_path)])
+    report = capsys.readouterr().out
+    assert "Control: Mixed w/ Length only (tokens) pays for length alone" in report
+    diagonal = next(line for line in report.splitlines() if line.startswith("- Mixed w/ ROUGE-L on ROUGE-L"))
+    assert "; beside the control (Mixed w/ Length only (tokens)) +" in diagonal
+    table = json.loads((tmp_path / "table4.json").read_text())
+    assert table["control"] == "Mixed w/ Length only (tokens)"
+    assert table["Mixed w/ Length only (tokens)"]["vs_mle"]["tokens"]["delta"] == 4.0
+    beside = table["diagonal"]["rouge_l"]["vs_control"]
+    # the control's ROUGE-L per article is the MLE's less what four unrelated words cost its precision
+    control_gap = table["Mixed w/ ROUGE-L"]["rougeL"] - table["Mixed w/ Length only (tokens)"]["rougeL"]
+    assert beside["delta"] == pytest.approx(control_gap) and beside["significant"]
+    assert table["diagonal"]["rouge_l"]["equal_length"]["delta"] == table["diagonal"]["rouge_l"]["delta"]
+
+
 def test_table4_leaves_out_a_run_without_test_results_and_names_it(seed_grid, tmp_path, capsys):
     """A sweep with an unfinished run gives the finished rows and a line naming that run (table4 decoded it, and
     stopped in a traceback where it could not)."""
@@ -468,7 +544,7 @@ def scoring_is_not_reached(*args, **kwargs):
     (["--resamples", "0"], "argument --resamples: must be at least 1, got 0"),
     (["--resamples", "-5"], "argument --resamples: must be at least 1, got -5"),
     (["--seed", "-3"], "argument --seed: must be at least 0, got -3"),
-    (["--metrics", "wmss"], "argument --metrics/--set: no reward config 'wmss': choose from ls_score, "),
+    (["--metrics", "wmss"], "argument --metrics/--set: no reward config 'wmss': choose from length_only, ls_score, "),
     (["--baseline", "mlee"], "argument --baseline: mlee names none of the runs given (their names: custom, mle, "
                              "rouge_l, s_wms, sms, wms)"),
 ])
@@ -577,11 +653,13 @@ def test_a_new_reward_is_one_class_and_one_yaml_and_table4_shows_it_at_its_scale
                                 str(tmp_path / "runs"), "--resamples", "20", "--out", str(tmp_path)])
     report = capsys.readouterr().out
     header, _, mle, mixed = report.splitlines()[:4]
-    assert header.endswith("| Length |")
+    assert header.endswith("| Length | tokens |")
     # tokens (the final '.' included) / 100, ×1000: MLE (3 + 5) / 2 · 10 = 40, the new reward's run (4 + 7) / 2 · 10
-    assert mle.startswith("| MLE+Pgen (no reward) |") and mle.endswith("| 40.00 |")
-    assert mixed.startswith("| Mixed w/ Length |") and mixed.endswith("| 55.00 |")
+    assert mle.startswith("| MLE+Pgen (no reward) |") and mle.endswith("| 40.00 | 4.00 |")
+    assert mixed.startswith("| Mixed w/ Length |") and mixed.endswith("| 55.00 | 5.50 |")
     assert "- Mixed w/ Length on Length: 40.00 → 55.00 (+15.00 [" in report
+    # a reward of length alone gains nothing at equal length: +10 and +20 for one and two more tokens
+    assert "; at equal length +0.00 [" in report
 
 
 def test_table4_refuses_to_score_an_article_reading_metric_without_the_article(tmp_path, monkeypatch):

@@ -35,8 +35,8 @@ def summary_shape(sentences: list[list[str]]) -> dict[str, float]:
 
 
 def mean_shape(shapes: list[dict[str, float]]) -> dict[str, float]:
-    """The mean of each `summary_shape` key (none for no summaries)."""
-    return {key: sum(s[key] for s in shapes) / len(shapes) for key in SHAPE_KEYS} if shapes else {}
+    """The mean of each `summary_shape` key the shapes hold (none for no summaries)."""
+    return {key: sum(s[key] for s in shapes) / len(shapes) for key in SHAPE_KEYS if key in shapes[0]} if shapes else {}
 
 
 def decoded_summaries(vocab: Vocabulary, decoded: Decoded, batch: Batch) -> list[dict]:
