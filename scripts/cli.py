@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import random
 import sys
 from pathlib import Path
@@ -40,13 +41,18 @@ USER_ERRORS = (InputError, *REFUSALS, ConfigCompositionException, OverrideParseE
 
 
 def command(main: Callable[[], Any]) -> Callable[[], None]:
-    """A console command running `main()`: a user error ends it with one line, `error: ...`, and status 1."""
+    """A console command running `main()`: a user error ends it with one line, `error: ...`, and status 1; a reader
+    that stops early (`| head`) ends it quietly, with status 0 (its files are written before it prints)."""
     @functools.wraps(main)
     def run() -> None:
         try:
             main()
+            sys.stdout.flush()
         except USER_ERRORS as e:
             sys.exit(f"error: {e}")
+        except BrokenPipeError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the exit's own flush is quiet
+            sys.exit(0)
     return run
 
 

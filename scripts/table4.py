@@ -37,7 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from models.text.records import DataError, Row, csv_rows, jsonl_rows  # noqa: E402
+from models.text.records import DataError, Row, atomic_write, csv_rows, jsonl_rows  # noqa: E402
 from models.text.vocab import split_at_sentence_ends  # noqa: E402
 from scripts.cli import (USER_ERRORS, add_config_dir_argument, command, compose_rewards,  # noqa: E402
                          instantiate_or_refuse, int_at_least, metrics_and_paths, positive_int)
@@ -170,6 +170,18 @@ def check_seeds_differ_only(runs: list[Run]) -> None:
             raise SystemExit(f"table4: {run.row!r} would pool seeds {other.seed} and {run.seed}, whose settings differ "
                              f"in {', '.join(differ[:8])}{', …' if len(differ) > 8 else ''} ({other.path} and "
                              f"{run.path}): give table4 runs that differ in their seed only")
+
+
+def check_decoded_alike(pairs: dict[Path, Run]) -> None:
+    """A row and the baseline it is compared with must have been tested with one decoder (`module.beam`: beam size,
+    maximum and minimum length, blocking): a difference that is partly the decoder's is refused, naming the keys."""
+    for path, base in pairs.items():
+        a, b = ({k: v for k, v in flat_settings(p).items() if k.startswith("module.beam.")} for p in (base.path, path))
+        differ = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+        if differ:
+            raise SystemExit(f"table4: {path} was tested with another decoder than its baseline {base.path} "
+                             f"({', '.join(f'{k}: {b.get(k)} against {a.get(k)}' for k in differ[:4])}): test both "
+                             "with one decoder (train=false init_from=<checkpoint> module.beam...=...)")
 
 
 def writable(out: Path) -> Path:
@@ -627,7 +639,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int_at_least(0), default=0,
                         help="seed of the bootstrap's resampling (and of the "
                                                              "examples' tie-break)")
-    parser.add_argument("--examples", type=int, default=0, metavar="N",
+    parser.add_argument("--examples", type=int_at_least(0), default=0, metavar="N",
                         help="show N test articles' reference and every row's summary with its own metric's score: "
                              "those whose own metrics vary most across the rows")
     args = parser.parse_args(argv)
@@ -642,6 +654,7 @@ def main(argv: list[str] | None = None) -> None:
                      f"{', '.join(sorted({run.run_name for run in runs}))})")
     check_seeds_differ_only(runs)
     pairs = pair_with_baselines(runs, args.baseline)
+    check_decoded_alike(pairs)
     try:
         metrics = compose_rewards(args.metrics, args.set, args.config_dir)
     except USER_ERRORS as error:
@@ -691,8 +704,7 @@ def main(argv: list[str] | None = None) -> None:
     report += "\n\n" + evidence if evidence else ""
     if args.examples > 0:
         report += "\n\n" + examples_block(rows, scores, headers, args.examples, args.seed)
-    print(report)
-    (out / "table4.md").write_text(report + "\n")
+    atomic_write(out / "table4.md", lambda partial: partial.write_text(report + "\n", encoding="utf-8"))
     write_results_csv(out / "table4.csv", shown, comparisons)
     table = {model: dict(row) for model, row in shown.items()}
     for model, cells in comparisons.items():
@@ -715,9 +727,10 @@ def main(argv: list[str] | None = None) -> None:
                 "equal_length": interval_fields(comparison.equal_length) if comparison.equal_length else None,
                 "vs_control": interval_fields(control[1][row]) if row in control[1] else None}
     table["control"] = control[0]
-    (out / "table4.json").write_text(json.dumps(table, indent=2) + "\n")
+    atomic_write(out / "table4.json", lambda partial: partial.write_text(json.dumps(table, indent=2) + "\n"))
     if comparisons:
         plot_differences(out / "table4_diff.png", comparisons, baseline, headers, runs_caption(runs))
+    print(report)  # after the files: a reader that stops early (`| head`) leaves them written
 
 
 cli = command(main)  # the console command: bad input is one line, not a traceback

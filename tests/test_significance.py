@@ -6,6 +6,8 @@ import csv
 import json
 import math
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +24,8 @@ from rewards.length import LengthOnly
 from trainer.significance import (Interval, at_equal_length, paired_bootstrap, paired_differences,
                                      pooled_bootstrap)
 
+
+REPO = Path(__file__).resolve().parents[1]
 
 # ---------------------------------------------------------------- paired_bootstrap
 
@@ -544,6 +548,7 @@ def scoring_is_not_reached(*args, **kwargs):
     (["--resamples", "0"], "argument --resamples: must be at least 1, got 0"),
     (["--resamples", "-5"], "argument --resamples: must be at least 1, got -5"),
     (["--seed", "-3"], "argument --seed: must be at least 0, got -3"),
+    (["--examples", "-3"], "argument --examples: must be at least 0, got -3"),
     (["--metrics", "wmss"], "argument --metrics/--set: no reward config 'wmss': choose from length_only, ls_score, "),
     (["--baseline", "mlee"], "argument --baseline: mlee names none of the runs given (their names: custom, mle, "
                              "rouge_l, s_wms, sms, wms)"),
@@ -555,6 +560,28 @@ def test_table4_names_the_flag_of_a_bad_value_before_any_scoring(grid, tmp_path,
     with pytest.raises(SystemExit) as stopped:
         table4.main([str(grid), "--metrics", "--out", str(tmp_path), *flags])
     assert stopped.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_table4_refuses_a_row_tested_with_another_decoder_than_its_baseline(grid, tmp_path, monkeypatch):
+    for name in ("mle", "wms"):
+        shutil.copytree(grid / name, tmp_path / "runs" / name)
+    config = tmp_path / "runs" / "wms" / "config.yaml"
+    config.write_text(config.read_text() + "module:\n  beam: {beam_size: 2, max_len: 100}\n")
+    (tmp_path / "runs" / "mle" / "config.yaml").write_text(
+        (tmp_path / "runs" / "mle" / "config.yaml").read_text() + "module:\n  beam: {beam_size: 5, max_len: 100}\n")
+    monkeypatch.setattr(load_script("table4"), "score_run", scoring_is_not_reached)
+    with pytest.raises(SystemExit, match=r"wms was tested with another decoder than its baseline .*mle "
+                                         r"\(module.beam.beam_size: 2 against 5\)"):
+        load_script("table4").main([str(tmp_path / "runs"), "--metrics", "--out", str(tmp_path)])
+
+
+def test_table4_piped_into_a_reader_that_stops_writes_its_files_and_ends_quietly(grid, tmp_path):
+    out = tmp_path / "out"
+    shell = (f"{sys.executable} {REPO / 'scripts' / 'table4.py'} {grid / 'mle'} {grid / 'rouge_l'} --metrics "
+             f"--out {out} --resamples 50 | true")  # a reader gone before the first line is printed
+    done = subprocess.run(["bash", "-o", "pipefail", "-c", shell], capture_output=True, text=True, timeout=300)
+    assert (done.returncode, done.stderr.strip()) == (0, "")
+    assert "Mixed w/ ROUGE-L" in (out / "table4.md").read_text() and (out / "table4.json").exists()
 
 
 def test_table4_refuses_an_out_folder_it_cannot_write_before_any_scoring(grid, tmp_path, monkeypatch):
