@@ -84,4 +84,9 @@ def test_an_mle_stage_trains_on_while_its_decodes_repeat(tmp_path):
     on, ends = (list(csv.DictReader((tmp_path / name / "val_curve.csv").open())) for name in ("on", "ends"))
     assert [row["step"] for row in on] == ["10", "20", "30"] and [row["step"] for row in ends] == ["10", "20"]
     assert on[:2] == [{**row, "seconds": on[i]["seconds"]} for i, row in enumerate(ends)]
+    # resumed (a continued sweep, a test killed), the ended stage trains no further
+    last = tmp_path / "ends" / "checkpoints" / "last.ckpt"
+    run(compose_run(tmp_path, "ends", [*settings, "stages.mle.repeats_below=1.0", f"ckpt_path={last}"]))
+    assert [row["step"] for row in csv.DictReader((tmp_path / "ends" / "val_curve.csv").open())] == ["10", "20"]
+    assert torch.load(last, map_location="cpu", weights_only=False)["global_step"] == 20
 

@@ -143,12 +143,27 @@ class StopWhenDecodesEnd(pl.Callback):
     (`val/repeated_trigrams`) is below `repeats_below`; until then the stage trains on, up to its `steps`. An MLE
     start whose decodes still loop on a phrase has not learned to stop, and RL then spends its steps unlearning the
     loop that the test's trigram blocking already hides (docs/RESULTS.md, "The demo over seeds"). A start that ends
-    its decodes by `min_steps` stops there, as a fixed stage of `min_steps` would. `repeats_below` None: inert."""
+    its decodes by `min_steps` stops there, as a fixed stage of `min_steps` would. `repeats_below` None: inert.
+    The step it ended at is checkpointed: a resume of an ended stage (a continued sweep, a test killed) trains no
+    further, as Lightning's own `should_stop` is not saved."""
 
     def __init__(self, min_steps: int | None = None, repeats_below: float | None = None):
         if repeats_below is not None and not 0 < repeats_below <= 1:
             raise ValueError(f"stages.<stage>.repeats_below must be in (0, 1], got {repeats_below}")
         self.min_steps, self.repeats_below = min_steps or 0, repeats_below
+        self.ended_at: int | None = None
+
+    def state_dict(self) -> dict[str, int | None]:
+        return {"ended_at": self.ended_at}
+
+    def load_state_dict(self, state_dict: dict[str, int | None]) -> None:
+        self.ended_at = state_dict.get("ended_at")
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.ended_at is not None:
+            trainer.should_stop = True
+            log.info("the stage ended at step %d (its decodes stopped repeating): it trains no further",
+                     self.ended_at)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         repeats = trainer.callback_metrics.get("val/repeated_trigrams")
@@ -156,6 +171,6 @@ class StopWhenDecodesEnd(pl.Callback):
                 or trainer.global_step < self.min_steps):
             return
         if float(repeats) < self.repeats_below:
-            trainer.should_stop = True
+            trainer.should_stop, self.ended_at = True, trainer.global_step
             log.info("step %d: greedy decodes repeat %.3g of their trigrams, below %g: the stage ends",
                      trainer.global_step, float(repeats), self.repeats_below)
