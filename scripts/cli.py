@@ -13,6 +13,7 @@ import functools
 import os
 import random
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -54,6 +55,23 @@ def command(main: Callable[[], Any]) -> Callable[[], None]:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the exit's own flush is quiet
             sys.exit(0)
     return run
+
+
+def output_file(parser: argparse.ArgumentParser, path: Path, flag: str, source: Path | None = None) -> Path:
+    """An output file checked before any work: not a folder, not the input, in a folder that exists and can be
+    written (by writing to it: permission bits do not bind root). A bad one is `parser.error`, naming the flag."""
+    if path.is_dir():
+        parser.error(f"{flag} {path} is a folder: give a file name in it")
+    if source is not None and path.resolve() == source.resolve():
+        parser.error(f"{flag} {path} is the input file, which writing the output would overwrite")
+    folder = path.resolve().parent
+    if not folder.is_dir():
+        parser.error(f"{flag} {path}: its folder {folder} does not exist")
+    try:
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as error:
+        parser.error(f"{flag} {path}: cannot write to {folder} ({error.strerror})")
+    return path
 
 
 def metrics_and_paths(values: Sequence[str], config_dirs: Sequence[str | Path] = ()) -> tuple[list[str], list[Path]]:

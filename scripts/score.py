@@ -15,8 +15,8 @@ import argparse
 import json
 from pathlib import Path
 
-from models.text.records import read_jsonl
-from scripts.cli import InputError, add_scoring_arguments, command, score_rows
+from models.text.records import atomic_write, read_jsonl
+from scripts.cli import InputError, add_scoring_arguments, command, output_file, score_rows
 from trainer.evaluate import columns
 from trainer.tables import markdown_table
 
@@ -31,8 +31,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="input fields copied into each output line (e.g. an id)")
     add_scoring_arguments(parser, candidate_field="summary")  # a run's summaries.jsonl scores without flags
     args = parser.parse_args(argv)
-    if args.output and Path(args.output).resolve() == Path(args.input).resolve():
-        parser.error(f"--output {args.output} is the input file, which writing the scores would overwrite")
+    if args.output:
+        output_file(parser, Path(args.output), "--output", Path(args.input))
     return args
 
 
@@ -45,11 +45,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     if clashes:
         raise InputError(f"reward labels {sorted(clashes)} clash with output fields; relabel them with LABEL=NAME")
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            for i, row in enumerate(rows):
-                out = {"line": row.line, **{field: row.value(field) for field in args.keep}}
-                out.update({label: values[i] for label, values in scores.items()})
-                f.write(json.dumps(out) + "\n")
+        lines = []
+        for i, row in enumerate(rows):
+            out = {"line": row.line, **{field: row.value(field) for field in args.keep}}
+            out.update({label: values[i] for label, values in scores.items()})
+            lines.append(json.dumps(out) + "\n")
+        atomic_write(args.output, lambda partial: partial.write_text("".join(lines), encoding="utf-8"))
     means, table = {}, []
     headers = columns(rewards)  # the reward ROUGE-L is not rouge-score's: "ROUGE-L (reward)"
     for label, values in scores.items():

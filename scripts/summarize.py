@@ -27,7 +27,7 @@ from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
 from models.text.batch import Example, collate
 from models.text.records import DataError, atomic_write, csv_rows, jsonl_rows, numbered_lines
 from models.text.vocab import Vocabulary, as_text
-from scripts.cli import InputError, command, int_at_least, positive_int
+from scripts.cli import InputError, command, int_at_least, output_file, positive_int
 from trainer.checkpoints import CheckpointError, checkpoint_info, data_reading, load_weights
 from trainer.data import tokenize_records
 from trainer.evaluate import decoded_summaries
@@ -108,8 +108,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=positive_int, default=32, help="articles decoded together")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     args = parser.parse_args(argv)
-    if args.output.resolve() == args.input.resolve():
-        parser.error(f"--output {args.output} is the input file, which writing the summaries would overwrite")
+    output_file(parser, args.output, "--output", args.input)
     return args
 
 

@@ -277,6 +277,26 @@ def test_score_refuses_an_output_that_is_its_input(tmp_path, capsys):
     assert path.read_text() == before
 
 
+@pytest.mark.parametrize("script", ["score", "summarize"])
+@pytest.mark.parametrize("output, message", [("missing/x.jsonl", "its folder {tmp}/missing does not exist"),
+                                             (".", "is a folder: give a file name in it")])
+def test_an_output_that_cannot_be_written_is_refused_before_any_work(tmp_path, capsys, monkeypatch, script, output,
+                                                                     message):
+    """Before: a FileNotFoundError or IsADirectoryError traceback after all the decoding or scoring, and a stray
+    partial file."""
+    path = write_jsonl(tmp_path / "rows.jsonl", [{"summary": "a", "reference": "a", "article": "a"}])
+    flags = {"score": [str(path), "--rewards", "rouge_l", "-o", str(tmp_path / output)],
+             "summarize": ["--checkpoint", str(tmp_path / "none.ckpt"), "--input", str(path), "--output",
+                           str(tmp_path / output)]}[script]
+    loaded = load_script(script)
+    monkeypatch.setattr(loaded, {"score": "score_rows", "summarize": "load_summarizer"}[script],
+                        lambda *a, **k: pytest.fail("worked before checking its output"))
+    with pytest.raises(SystemExit) as exit:
+        loaded.main(flags)
+    assert exit.value.code == 2 and message.format(tmp=tmp_path.resolve()) in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.jsonl"]
+
+
 @pytest.mark.parametrize("script,command", [("score", "sumrl-score"), ("correlate", "sumrl-correlate"),
                                             ("table4", "sumrl-table4")])
 def test_each_command_names_itself_in_its_help(script, command, capsys):
