@@ -4,9 +4,11 @@ r"""Summarize your own articles with a trained model: beam search from a checkpo
         --beam-size 5 --min-length 35 --block-trigrams --batch-size 32 --device cuda
 
 Input: JSONL (an `article` field, `id` optional), CSV (the same columns), or plain text, one article per line (any
-other extension). Each article is read as the checkpoint's data was read: raw text is lower-cased and split into
-sentences and PTB tokens, pretokenized text on whitespace (the checkpoint records which, and its lengths). Every line
-is read and checked before the model decodes any: a bad one stops the command with its file and line.
+other extension). Each article is raw text, as pasted from the web: lower-cased and split into sentences and PTB
+tokens, as the models' training text was (See et al.'s CNN/DM was PTB-tokenized the same way), so "deaths." and
+"owner," reach the model as the words it learned; `--tokenized` reads text tokenized so already on whitespace. Every
+line is read and checked before the model decodes any: a bad one stops the command with its file and line. A summary
+that comes out empty is counted in a warning.
 
 Output: one JSON line per article, in input order: `id` (the input's, else its line number) and `summary` (tokens
 joined by spaces, one sentence per line, as a run's summaries.jsonl holds them).
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -105,6 +108,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-length", type=positive_int, default=None,
                         help="tokens at most (default: the checkpoint's data.max_target_len)")
     parser.add_argument("--block-trigrams", action="store_true", help="no trigram twice in a summary (See et al.)")
+    parser.add_argument("--tokenized", action="store_true",
+                        help="the articles are lower-cased PTB tokens already (See et al.'s CNN/DM files): split on "
+                             "whitespace instead of tokenizing")
     parser.add_argument("--batch-size", type=positive_int, default=32, help="articles decoded together")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     args = parser.parse_args(argv)
@@ -148,9 +154,13 @@ def main(argv: list[str] | None = None) -> None:
         check_beam_settings(**beam)
     except ValueError as error:
         raise InputError(f"{error} (--min-length, --max-length)") from None
-    examples = tokenize_records(ArticleFile(args.input), reading["pretokenized"], "input")  # all read before decoding
+    examples = tokenize_records(ArticleFile(args.input), args.tokenized, "input")  # all read before decoding
     with torch.inference_mode():
         summaries = summarize(model, vocab, examples, reading, args.batch_size, beam)
+    empty = sum(not summary.strip() for summary in summaries)
+    if empty:
+        print(f"sumrl-summarize: warning: {empty} of {len(summaries)} summaries came out empty (the model ended them at "
+              "once): --min-length 35 --block-trigrams decode as the grids test", file=sys.stderr)
     lines = "".join(json.dumps({"id": e.id, "summary": s}) + "\n" for e, s in zip(examples, summaries))
     atomic_write(args.output, lambda partial: partial.write_text(lines, encoding="utf-8"))
 

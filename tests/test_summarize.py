@@ -61,11 +61,27 @@ def test_each_format_gives_each_article_its_summary_in_input_order(tmp_path, rea
         out = tmp_path / f"out_{kind}.jsonl"
         load_script("summarize").main(["--checkpoint", str(tmp_path / "best.ckpt"), "--input",
                                        str(tmp_path / f"in.{kind}"), "--output", str(out), "--beam-size", "3",
-                                       "--min-length", str(MIN_LEN), "--block-trigrams", "--batch-size", "2"])
+                                       "--min-length", str(MIN_LEN), "--block-trigrams", "--batch-size", "2",
+                                       *(["--tokenized"] if reading == "pretokenized" else [])])
         rows = [json.loads(line) for line in out.read_text().splitlines()]
         assert [r["id"] for r in rows] == wanted
         assert [r["summary"].split() for r in rows] == expected
     assert all(len(tokens) >= MIN_LEN for tokens in expected)
+
+
+def test_raw_news_reaches_a_model_of_pretokenized_news_as_its_training_words(tmp_path, monkeypatch, capsys):
+    """A model trained on See et al.'s PTB-tokenized CNN/DM, given an article pasted from the web: its punctuation is
+    split off as in training ("owner ,", "did n't"), not left on the words; an empty summary is counted."""
+    write_checkpoint(tmp_path / "best.ckpt", pretokenized=True)
+    (tmp_path / "news.txt").write_text("The dog's owner, Bob Smith, didn't come. Two deaths were reported.\n")
+    summarize = load_script("summarize")
+    read = []
+    monkeypatch.setattr(summarize, "summarize", lambda model, vocab, examples, *a: read.extend(examples) or [""])
+    summarize.main(["--checkpoint", str(tmp_path / "best.ckpt"), "--input", str(tmp_path / "news.txt"), "--output",
+                    str(tmp_path / "out.jsonl")])
+    assert read[0].source == ["the", "dog", "'s", "owner", ",", "bob", "smith", ",", "did", "n't", "come", ".", "two",
+                              "deaths", "were", "reported", "."]
+    assert "warning: 1 of 1 summaries came out empty" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("content,where", [
