@@ -1,5 +1,5 @@
-"""A callback that sends its own process SIGTERM before a chosen batch of a chosen trainer call: a scheduler's stop at
-a known moment (test_resume.py), in or outside fit."""
+"""Callbacks that stop their own process at a known moment (test_resume.py): SIGTERM before a chosen batch of a chosen
+trainer call (a scheduler's stop, in or outside fit), or Ctrl-C before a chosen training step."""
 import os
 import signal
 
@@ -20,3 +20,14 @@ class SigtermAt(pl.Callback):
 
     def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
         self._maybe(trainer, batch_idx)
+
+
+class InterruptAt(pl.Callback):
+    """Ctrl-C (a KeyboardInterrupt, as Python raises it on SIGINT) before training step `step`."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step == self.step:
+            raise KeyboardInterrupt

@@ -463,6 +463,18 @@ def test_sigterm_in_the_start_validation_exits_143_and_the_folder_starts_again(m
     assert global_step(tmp_path / "run" / "checkpoints" / "last.ckpt") == 2
 
 
+def test_ctrl_c_in_training_exits_130_saying_how_to_resume(tmp_path, capsys):
+    """Before: Lightning's status 1 and no word (its SIGTERM path printed how to resume)."""
+    with pytest.raises(SystemExit) as stopped:
+        run(compose_run(tmp_path, "run", ["reward=mle", "trainer.max_steps=10", "checkpoint_every=2", "test=false",
+                                          "threads=1", "+callbacks.interrupt._target_=sigterm_probe.InterruptAt",
+                                          "+callbacks.interrupt.step=3"]))
+    assert stopped.value.code == 130
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    assert f"stopped by Ctrl-C during training (step 3); resume with ckpt_path={last}" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 @pytest.mark.slow
 def test_sigterm_in_the_test_exits_143_and_the_resumed_run_tests_as_if_uninterrupted(tmp_path, capsys):
     mle = ["reward=mle", "trainer.max_steps=4", "trainer.val_check_interval=2", *SMALL_BATCHES]

@@ -297,17 +297,25 @@ def how_to_continue(cfg: DictConfig) -> str:
 
 
 def call_or_stop(trainer: pl.Trainer, method: str, cfg: DictConfig, **kwargs: Any) -> Any:
-    """`trainer.<method>(**kwargs)`; a SIGTERM during it stops the run with status 143 (so `&& next` and the sweep's
-    next points stop too), saying how to continue. Lightning only notes the signal, and raises at some steps."""
+    """`trainer.<method>(**kwargs)`; a SIGTERM during it stops the run with status 143 and Ctrl-C with 130 (so `&&
+    next` and the sweep's next points stop too), saying how to continue. Lightning only notes a SIGTERM, and raises at
+    some steps; it ends a Ctrl-C with status 1 and no word."""
+    signal_name, status = "SIGTERM", 128 + signal.SIGTERM
     try:
         result = getattr(trainer, method)(**kwargs)
         if not trainer.received_sigterm:
             return result
     except SIGTERMException:  # during fit, LatestCheckpoint has saved the latest state
         pass
+    except SystemExit:
+        if not trainer.interrupted or trainer.received_sigterm:
+            raise
+        signal_name, status = "Ctrl-C", 128 + signal.SIGINT
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # Lightning ignores further Ctrl-Cs while it stops
     stage = {"validate": "the start validation", "fit": "training", "test": "the test"}[method]
-    print(f"stopped by SIGTERM during {stage} (step {trainer.global_step}); {how_to_continue(cfg)}", file=sys.stderr)
-    raise SystemExit(128 + signal.SIGTERM)
+    print(f"stopped by {signal_name} during {stage} (step {trainer.global_step}); {how_to_continue(cfg)}",
+          file=sys.stderr)
+    raise SystemExit(status)
 
 
 def provenance(cfg: DictConfig) -> dict[str, Any]:
