@@ -77,7 +77,7 @@ def test_an_mle_stage_trains_on_while_its_decodes_repeat(tmp_path):
     the steps before are the same."""
     from test_train import compose_run
     from trainer.train import run
-    settings = ["reward=mle", "stages.mle.steps=30", "+trainer.check_val_every_n_epoch=null", "stages.mle.min_steps=20",
+    settings = ["reward=mle", "stages.mle.steps=30", "stages.mle.min_steps=20",
                 "test=false", "threads=1"]
     run(compose_run(tmp_path, "on", [*settings, "stages.mle.repeats_below=0.000001"]))
     run(compose_run(tmp_path, "ends", [*settings, "stages.mle.repeats_below=1.0"]))
@@ -90,3 +90,16 @@ def test_an_mle_stage_trains_on_while_its_decodes_repeat(tmp_path):
     assert [row["step"] for row in csv.DictReader((tmp_path / "ends" / "val_curve.csv").open())] == ["10", "20"]
     assert torch.load(last, map_location="cpu", weights_only=False)["global_step"] == 20
 
+
+
+def test_an_integer_val_every_counts_steps_across_epochs(tmp_path):
+    """TINY's epoch is 17 batches: validations at 12, 24, 36, where Lightning's default (each epoch's batch 12) gave
+    12 and 29, and an interval past an epoch's end a traceback; one past the stage's steps is refused in one line."""
+    from test_train import compose_run
+    from trainer.train import SettingsError, run
+    run(compose_run(tmp_path, "steps", ["reward=mle", "trainer.val_check_interval=12", "stages.mle.steps=36",
+                                        "test=false", "threads=1"]))
+    assert [row["step"] for row in csv.DictReader((tmp_path / "steps" / "val_curve.csv").open())] == ["12", "24", "36"]
+    with pytest.raises(SettingsError, match=r"trainer.val_check_interval=40 is more than trainer.max_steps=30 "
+                                            r"\(stages.mle.val_every, stages.mle.steps\): this run would never validate"):
+        run(compose_run(tmp_path, "never", ["reward=mle", "trainer.val_check_interval=40", "stages.mle.steps=30"]))

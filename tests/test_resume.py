@@ -133,6 +133,9 @@ def test_resume_keeps_the_best_score_and_the_run_directory(tmp_path):
     with pytest.raises(SettingsError, match=r"started with (module\.)?optimizer\.lr=0\.003, this resume has 0\.0001"):
         run(compose_run(tmp_path, "mle", ["reward=mle", "trainer.max_steps=20", "stages.mle.lr=1e-4",
                                           f"ckpt_path={checkpoints / 'last.ckpt'}"]))
+    with pytest.raises(SettingsError, match=r"started with trainer\.gradient_clip_val=2\.0, this resume has 1\.0"):
+        run(compose_run(tmp_path, "mle", ["reward=mle", "trainer.max_steps=15", "trainer.val_check_interval=5",
+                                          "trainer.gradient_clip_val=1.0", f"ckpt_path={checkpoints / 'last.ckpt'}"]))
     run(compose_run(tmp_path, "mle", ["reward=mle", "trainer.max_steps=15", "trainer.val_check_interval=5",
                                       "test=false", f"ckpt_path={checkpoints / 'last.ckpt'}"]))
     assert global_step(checkpoints / "last.ckpt") == 15

@@ -48,6 +48,8 @@ OmegaConf.register_new_resolver("run_dir_of", lambda ckpt, default: str(run_dir_
 # Each start keeps Hydra's records in .hydra/<attempt>/ (conf/train.yaml): a refused start overwrites no other's.
 ATTEMPT = f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{os.getpid()}"
 OmegaConf.register_new_resolver("attempt", lambda: ATTEMPT, replace=True)
+# An integer trainer.val_check_interval counts optimizer steps across epochs; a float, a fraction of each epoch.
+OmegaConf.register_new_resolver("val_epochs", lambda every: None if isinstance(every, int) else 1, replace=True)
 
 
 def attempt_log(output_dir: str, job: str) -> str:
@@ -59,7 +61,17 @@ def attempt_log(output_dir: str, job: str) -> str:
 
 
 OmegaConf.register_new_resolver("attempt_log", attempt_log, replace=True)
-RESUME_KEYS = ("seed", "stage", "data", "model", "optimizer", "module")  # a resume must not change these
+RESUME_KEYS = ("seed", "stage", "data", "model", "optimizer", "module", "trainer")  # a resume must not change these
+# ... except how long it trains and where: a resume may extend a run, or continue it on other devices
+RESUME_FREE = {"trainer": {"max_steps", "max_epochs", "accelerator", "devices", "num_nodes", "strategy",
+                           "enable_progress_bar", "default_root_dir", "profiler"}}
+
+
+def resumed_settings(tree: dict) -> dict:
+    """The settings a resume must keep (`RESUME_KEYS`, less `RESUME_FREE`), of a plain config tree."""
+    return {key: {k: v for k, v in value.items() if k not in RESUME_FREE[key]}
+            if isinstance(value, dict) and key in RESUME_FREE else value
+            for key, value in ((k, tree.get(k)) for k in RESUME_KEYS)}
 
 
 class SettingsError(ValueError):
@@ -135,6 +147,10 @@ def check_it_trains(cfg: DictConfig, lr: float | None) -> None:
     steps, every = cfg.trainer.get("max_steps"), cfg.trainer.get("val_check_interval")
     # a mixed run keeps its best validation, its start included: with none after the start it tests (and tabulates)
     # the start
+    if isinstance(every, int) and steps and 0 < steps < every and cfg.stage != "mixed":
+        raise SettingsError(f"trainer.val_check_interval={every} is more than trainer.max_steps={steps} "
+                            f"(stages.{cfg.stage}.val_every, stages.{cfg.stage}.steps): this run would never validate, "
+                            "and keep no best checkpoint")
     if cfg.stage == "mixed" and cfg.test and isinstance(every, int) and steps and 0 < steps < every:
         raise SettingsError(f"trainer.val_check_interval={every} is more than trainer.max_steps={steps} "
                             f"(stages.mixed.val_every, stages.mixed.steps): this mixed run would never validate after "
@@ -163,7 +179,7 @@ def check_run_dir(cfg: DictConfig) -> None:
         if saved.exists():
             current = OmegaConf.to_container(cfg, resolve=True)
             old = OmegaConf.to_container(OmegaConf.load(saved))
-            found = first_difference({k: old.get(k) for k in RESUME_KEYS}, {k: current.get(k) for k in RESUME_KEYS})
+            found = first_difference(resumed_settings(old), resumed_settings(current))
             if found:
                 raise SettingsError(f"ckpt_path: the run was started with {found[0]}={found[1]}, this resume has "
                                     f"{found[2]}: resume with the run's own settings ({saved})")
