@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from models.text.records import atomic_write
 from models.text.vectors import minilm_path
 from rewards.base import Display, Reward, RewardInput
 from rewards.embeddings import STOPWORDS
@@ -117,9 +118,9 @@ class LSScorer(nn.Module):
         return {"L": L, "S": S, "LS": self.config.alpha * L + self.config.beta * S}
 
     def save(self, directory: str | Path, card: dict | None = None) -> None:
-        """`ls_score.pt`: the config and every weight (encoder included)."""
-        torch.save({"config": asdict(self.config), "state_dict": self.state_dict(), "card": card or {}},
-                   Path(directory) / CHECKPOINT)
+        """`ls_score.pt`: the config and every weight (encoder included), written whole or not at all."""
+        checkpoint = {"config": asdict(self.config), "state_dict": self.state_dict(), "card": card or {}}
+        atomic_write(Path(directory) / CHECKPOINT, lambda partial: torch.save(checkpoint, partial))
 
 
 def load_encoder(name: str):
@@ -137,7 +138,12 @@ def load_scorer(checkpoint: str | None, **overrides) -> tuple[object, LSScorer]:
         path = path / CHECKPOINT if path.is_dir() else path
         if not path.exists():
             raise ValueError(f"no LS-Score checkpoint at {path}; train one: python scripts/train_ls_score.py")
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except (RuntimeError, EOFError, OSError) as error:  # a truncated or foreign file
+            reason = " ".join(str(error).split())[:120]
+            raise ValueError(f"{path} is not a whole LS-Score checkpoint ({reason}); train one again: python "
+                             "scripts/train_ls_score.py") from None
     given = {key: value for key, value in overrides.items() if value is not None}
     config = LSConfig(**{**(state["config"] if state else {}), **given})
     tokenizer, encoder = load_encoder(config.encoder)

@@ -36,6 +36,7 @@ import json
 import math
 import os
 import random
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -48,7 +49,7 @@ from models.text.batch import Example  # noqa: E402
 from models.text.records import DataError, read_jsonl  # noqa: E402
 from models.text.vocab import split_at_sentence_ends  # noqa: E402
 from rewards.correlation import correlation  # noqa: E402
-from rewards.ls_score import (KINDS, PAPER_KINDS, SIMILARITIES, LSConfig, LSScorer, Negatives, article_rows,  # noqa: E402
+from rewards.ls_score import (CHECKPOINT, KINDS, PAPER_KINDS, SIMILARITIES, LSConfig, LSScorer, Negatives, article_rows,  # noqa: E402
                               lexicon, load_encoder, padded_articles, ranking_loss, tokenize_batch)
 from scripts.cli import command, load_splits, non_negative_float, positive_int, seeded  # noqa: E402
 from trainer.sources import read_id_list  # noqa: E402
@@ -305,7 +306,9 @@ def main(argv: list[str] | None = None) -> None:
                                    {"params": [p for p in trainable if p not in anchors], "weight_decay": 0.01}],
                                   lr=args.lr)
     output = Path(args.output).expanduser()
-    output.mkdir(parents=True, exist_ok=True)
+    work = output / ".training"  # the run's files until it ends: the evaluator in `output` serves until then
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
     evaluate = lambda step: {"step": step} | validate(scorer, tokenizer, val, negatives, args.loss,  # noqa: E731
                                                        args.margin, 32, args.seed + 1) | dev_correlations(
         scorer, tokenizer, devs)
@@ -313,7 +316,7 @@ def main(argv: list[str] | None = None) -> None:
     best = history[0]
     key = args.select_by  # the checkpoint's signal: "accuracy", or "dev", the mean Spearman over the --dev sets
     print(f"step 0: validation {json.dumps({k: round(v, 4) for k, v in best.items()})}", flush=True)
-    scorer.save(output, {"step": 0})
+    scorer.save(work, {"step": 0})
     start, step, running, train_curve = time.time(), 0, [], []
     deadline = start + 60 * args.minutes
     scorer.train()
@@ -342,7 +345,7 @@ def main(argv: list[str] | None = None) -> None:
                 history.append(evaluate(step))
                 if history[-1][key] > best[key]:
                     best = history[-1]
-                    scorer.save(output, {"step": step})
+                    scorer.save(work, {"step": step})
                 print(f"step {step}/{steps}  train loss {train_curve[-1][1]:.4f}  validation {key} "
                       f"{history[-1][key]:.4f} (best {best[key]:.4f} at {best['step']})  "
                       f"{time.time() - start:.0f} s", flush=True)
@@ -351,20 +354,20 @@ def main(argv: list[str] | None = None) -> None:
         history.append(evaluate(step))
         if history[-1][key] > best[key]:
             best = history[-1]
-            scorer.save(output, {"step": step})
+            scorer.save(work, {"step": step})
     train_seconds = time.time() - start
     wall = time.time() - began
-    plot(history, train_curve, negatives.kinds, output / "curve.png")
+    plot(history, train_curve, negatives.kinds, work / "curve.png")
     settings = vars(args) | {"threads_used": torch.get_num_threads()}
     card = {"best": best, "history": history, "steps": step, "articles_seen": min(step * args.batch_size, len(train)),
             "train_articles": len(train), "val_articles": len(val), "held_out_ids": len(held_out),
             "train_seconds": round(train_seconds), "wall_seconds": round(wall), "settings": settings}
-    (output / "training.json").write_text(json.dumps(card, indent=2) + "\n")
+    (work / "training.json").write_text(json.dumps(card, indent=2) + "\n")
     similarity_text = (f"the cosine of the article's and the summary's {args.pooling}-pooled encodings"
                        if args.similarity == "cosine" else f"the {args.similarity} of the summary's greedy token "
                        "alignment with the article")
     distilled = f"; distilled toward the untrained S, weight {args.distill}" if untrained is not None else ""
-    (output / "README.md").write_text(f"""# LS-Score evaluator (Wu et al. 2020) for sumrl
+    (work / "README.md").write_text(f"""# LS-Score evaluator (Wu et al. 2020) for sumrl
 
 Trained by `scripts/train_ls_score.py`: an encoder with an L head (mean token log-probability) and an S
 ({similarity_text}), LS = {args.alpha}·L + {args.beta}·S, under a margin ranking loss
@@ -385,6 +388,9 @@ Trained by `scripts/train_ls_score.py`: an encoder with an L head (mean token lo
 {"".join(f"- {name}: Spearman {best[name]:.4f} (untrained {history[0][name]:.4f})" + chr(10)
          for name in best if name.startswith("dev"))}- Settings: {json.dumps(settings)}
 """)
+    for name in (CHECKPOINT, "curve.png", "training.json", "README.md"):  # finished: it replaces the last one
+        os.replace(work / name, output / name)
+    work.rmdir()
     print(f"saved {output}: best validation {key} {best[key]:.4f} at step {best['step']} "
           f"(untrained {history[0][key]:.4f}); {step} steps in {train_seconds / 60:.1f} min", flush=True)
 

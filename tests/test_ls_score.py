@@ -212,6 +212,14 @@ def test_training_script_end_to_end_with_the_fourth_negative(tiny_qa_model, tmp_
     held_out = tmp_path / "held_out.tsv"
     held_out.write_text("id\n")
     output = tmp_path / "ls"
+    output.mkdir()
+    (output / "ls_score.pt").write_bytes(b"the previous evaluator")
+    plot = module.plot  # called once training has ended: the previous evaluator serves until then
+
+    def previous_still_served(*args):
+        assert (output / "ls_score.pt").read_bytes() == b"the previous evaluator"
+        plot(*args)
+    monkeypatch.setattr(module, "plot", previous_still_served)
     module.main(["--data", "data=demo", "data.train.n=120", f"cache_dir={tmp_path}", "--encoder", tiny_qa_model,
                  "--held-out", str(held_out), "--output", str(output), "--repeat-sentences", "1",
                  "--articles", "16", "--batch-size", "4", "--eval-every", "2", "--val-articles", "4",
@@ -298,17 +306,31 @@ def test_l2sp_is_the_squared_distance_from_the_pretrained_weights():
     assert float(module.l2sp_penalty(anchors)) == pytest.approx(0.25 + 1.0)
 
 
-def test_training_can_keep_the_checkpoint_that_agrees_best_with_human_dev_judgments(tiny_qa_model, tmp_path):
+def test_training_can_keep_the_checkpoint_that_agrees_best_with_human_dev_judgments(tiny_qa_model, tmp_path,
+                                                                                     monkeypatch):
     module = importlib.import_module("scripts.train_ls_score")
     held_out = tmp_path / "held_out.tsv"
     held_out.write_text("id\n")
     dev = judgments(tmp_path / "dev.jsonl", DEV)
     output = tmp_path / "ls"
+    output.mkdir()
+    (output / "ls_score.pt").write_bytes(b"the previous evaluator")
+    plot = module.plot  # called once training has ended: the previous evaluator serves until then
+
+    def previous_still_served(*args):
+        assert (output / "ls_score.pt").read_bytes() == b"the previous evaluator"
+        plot(*args)
+    monkeypatch.setattr(module, "plot", previous_still_served)
     module.main(["--data", "data=demo", "data.train.n=120", f"cache_dir={tmp_path}", "--encoder", tiny_qa_model,
                  "--held-out", str(held_out), "--output", str(output), "--articles", "16", "--batch-size", "4",
                  "--eval-every", "2", "--val-articles", "4", "--train-layers", "1", "--l2sp", "0.1",
                  "--select-by", "dev", "--dev", f"{dev}:overall"])
     card = json.loads((output / "training.json").read_text())
+    assert sorted(p.name for p in output.iterdir()) == ["README.md", "curve.png", "ls_score.pt", "training.json"]
+    assert torch.load(output / "ls_score.pt", weights_only=True)["card"]["step"] == card["best"]["step"]  # replaced
+    (output / "ls_score.pt").write_bytes((output / "ls_score.pt").read_bytes()[:1000])  # as a kill mid-save left it
+    with pytest.raises(ValueError, match=r"ls_score.pt is not a whole LS-Score checkpoint .*train one again"):
+        load_scorer(str(output))
     assert all("dev/dev:overall" in point for point in card["history"])
     assert card["best"]["dev"] == max(point["dev"] for point in card["history"])
     readme = (output / "README.md").read_text()
