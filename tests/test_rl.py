@@ -292,9 +292,11 @@ def test_a_skipped_step_leaves_the_weights_and_still_counts():
     module, batch = tiny_module(reward=InfOnArticle(bad="1"), gamma=1.0)
     del module.log  # inside a Trainer now
     before = [p.detach().clone() for p in module.model.parameters()]
-    pl.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-               enable_model_summary=False, limit_val_batches=0).fit(
-        module, train_dataloaders=DataLoader([batch, batch], batch_size=None, collate_fn=lambda b: b))
+    # every step skipped, fewer than max_nonfinite_steps: the fit ends refusing to pass the start off as trained
+    with pytest.raises(FloatingPointError, match="all 2 training steps had a non-finite loss and were skipped"):
+        pl.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                   enable_model_summary=False, limit_val_batches=0).fit(
+            module, train_dataloaders=DataLoader([batch, batch], batch_size=None, collate_fn=lambda b: b))
     assert all(torch.equal(a, b) for a, b in zip(before, module.model.parameters()))
     # Lightning still counts a skipped step, so the step count stays the count of batches drawn, which is
     # where trainer.data.ResumableShuffle resumes from.

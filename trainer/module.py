@@ -74,6 +74,7 @@ class SummarizationModule(pl.LightningModule):
         self.select_by = select_by
         self.output_dir = Path(output_dir)
         self.max_nonfinite_steps, self._nonfinite_steps = max_nonfinite_steps, 0
+        self._steps_taken = self._steps_skipped = 0  # this fit's training steps with a finite loss, and without
         self.rouge_l = RougeL()
         self._test_summaries: list[dict] = []
         self.provenance: dict[str, Any] = {}  # the run's id and lineage (`trainer.train.provenance`), in checkpoints
@@ -120,8 +121,10 @@ class SummarizationModule(pl.LightningModule):
             finite = self.trainer.strategy.reduce_boolean_decision(finite, all=True)
         if finite:
             self._nonfinite_steps = 0
+            self._steps_taken += 1
             return loss
         self._nonfinite_steps += 1
+        self._steps_skipped += 1
         log.warning("step %d: non-finite loss (%s), optimizer step skipped; articles %s", self.global_step,
                     loss.item(), batch.ids)
         if self._nonfinite_steps >= self.max_nonfinite_steps:
@@ -130,6 +133,13 @@ class SummarizationModule(pl.LightningModule):
             raise FloatingPointError(f"{self._nonfinite_steps} non-finite losses in a row (the last at step "
                                      f"{self.global_step}): stopping; {where}")
         return None
+
+    def on_train_end(self) -> None:
+        """A fit whose every step was skipped (fewer than `max_nonfinite_steps`) trained nothing: not a trained run."""
+        if self._steps_skipped and not self._steps_taken:
+            raise FloatingPointError(f"all {self._steps_skipped} training steps had a non-finite loss and were skipped: "
+                                     "the weights are the start's, so the run is not tested as trained; the warnings "
+                                     "above name the articles")
 
     # ---------------------------------------------------------------- validation
     def validation_step(self, batch: Batch, batch_idx: int, dataloader_idx: int = 0) -> GreedyDecodes:
