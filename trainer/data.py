@@ -264,6 +264,7 @@ class SummarizationData(pl.LightningDataModule):
         else:
             self.splits = {name: tokenize_records(source, self.pretokenized, self.name)
                            for name, source in self.sources.items()}
+            self._check_disjoint()
             self._check_exclusions(excluded, {e.id for split in self.splits.values() for e in split})
             for name in ("train", "val"):
                 self.splits[name] = [e for e in self.splits[name] if e.id not in excluded]
@@ -281,6 +282,22 @@ class SummarizationData(pl.LightningDataModule):
                             "(is fields.summary set?)")
         log.info("data %s: %s", self.name, {k: len(v) for k, v in self.splits.items()})
         self.vocab = self._cached_vocabulary()
+
+    def _check_disjoint(self) -> None:
+        """Splits read from sources of their own share no article, by id or, where ids differ, by text: a test (or
+        validation) article also trained on scores what the model memorized."""
+        def keyed(split: list[Example]) -> dict[tuple[str, object], str]:  # (kind, id or text's hash) → its id
+            return {("id", e.id): e.id for e in split} | {("text", hash(tuple(e.source))): e.id for e in split}
+        keys = {name: keyed(split) for name, split in self.splits.items()}
+        for first, second in (("train", "val"), ("train", "test"), ("val", "test")):
+            shared = keys[first].keys() & keys[second].keys()
+            if shared:
+                kind, _ = key = min(shared, key=lambda k: (k[0], keys[second][k]))
+                which = (f"id {keys[second][key]!r}" if kind == "id" else
+                         f"the text of {keys[second][key]!r} (id {keys[first][key]!r} there)")
+                raise DataError(f"data {self.name!r}: split {second!r} ({self.sources[second]}) shares {len(shared)} "
+                                f"ids or texts with split {first!r} ({self.sources[first]}), e.g. {which}: a model "
+                                "would be scored on what it trained on; keep each article in one source")
 
     def _check_exclusions(self, excluded: set[str], ids: set[str]) -> None:
         """A list of held-out ids that names none of the data's (another id format, a misread file) would keep nothing
