@@ -101,7 +101,7 @@ def recorded_table(cfg: DictConfig) -> dict:
     """The table record of a run from before runs kept one: made now from its reward and metric configs."""
     metrics = {key: instantiate_or_refuse(node) for key, node in (cfg.get("metrics") or {}).items()}
     reward = instantiate_or_refuse(cfg.reward) if cfg.get("reward") else None
-    return table_record(reward, metrics, cfg.get("rows") or ROWS)
+    return table_record(reward, metrics, cfg.get("rows") or ROWS, (cfg.get("rl") or {}).get("length_neutral", 0.0))
 
 
 def is_run(path: Path) -> bool:

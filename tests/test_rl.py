@@ -170,6 +170,7 @@ def test_the_length_only_reward_pays_tokens_up_to_its_cap():
     inputs = RewardInput(torch.zeros(3, 6, dtype=torch.long), torch.tensor([1, 3, 6]), batch=None, vocab=None)
     assert reward(inputs).tolist() == [0.25, 0.75, 1.0]
     assert reward.control and not reward.needs_reference and table_record(reward, {})["control"]
+    assert table_record(RougeL(), {}, length_neutral=1.0)["row"] == "Mixed w/ ROUGE-L, length-neutral 1"
     with pytest.raises(ValueError, match="reward.max_tokens must be a positive"):
         LengthOnly(max_tokens=0)
 

@@ -111,16 +111,19 @@ def columns(metrics: Mapping[str, Reward]) -> dict[str, str]:
     return headers
 
 
-def table_record(reward: Reward | None, metrics: Mapping[str, Reward], rows: Mapping[str, str] = ROWS
-                 ) -> dict[str, Any]:
+def table_record(reward: Reward | None, metrics: Mapping[str, Reward], rows: Mapping[str, str] = ROWS,
+                 length_neutral: float = 0.0) -> dict[str, Any]:
     """What table4 shows of a run (kept in its config.yaml as `table`): its row (`rows`, `{reward}` standing for the
-    reward's column), the test metric its reward is judged on, the column of each test metric, and the metrics only
-    the test could score (they read the article, which summaries.jsonl does not keep), and whether its reward is a
-    control (`Reward.control`: the length-only row)."""
+    reward's column; a run trained length-neutral, `rl.length_neutral`, says so in its row), the test metric its
+    reward is judged on, the column of each test metric, and the metrics only the test could score (they read the
+    article, which summaries.jsonl does not keep), and whether its reward is a control (`Reward.control`: the
+    length-only row)."""
     record = {"row": rows["mle"], "test_metric": None, "columns": columns(metrics),
               "stored": [key for key, metric in metrics.items() if metric.display.reads_article], "control": False}
     if reward is not None:
         record["row"] = rows["mixed"].format(reward=reward.display.column)
+        if length_neutral:
+            record["row"] += f", length-neutral {length_neutral:g}"
         record["test_metric"] = reward.judged_by
         record["control"] = bool(reward.control)
         record["columns"].setdefault(record["test_metric"], reward.display.column)
