@@ -57,6 +57,12 @@ def test_length_neutral_advantage_takes_out_the_share_that_rises_with_length(str
         torch.testing.assert_close(length_neutral_advantage(advantage, gap), 1 + residual)
 
 
+def test_length_neutral_advantage_leaves_a_preference_for_shorter_samples_alone():
+    gap = torch.tensor([[0.0, 1.0], [2.0, 3.0]])
+    advantage = 1 - 0.5 * gap
+    assert torch.equal(length_neutral_advantage(advantage, gap), advantage)
+
+
 def test_length_neutral_advantage_leaves_gaps_without_spread_alone():
     advantage = torch.tensor([[0.3, -0.2]])
     assert torch.equal(length_neutral_advantage(advantage, torch.full((1, 2), 4.0)), advantage)

@@ -98,8 +98,8 @@ class SelfCritical:
     mean is over reference tokens) and, from a weighted-sum reward, only its reference-free terms; its
     reference-based terms weigh 1/(1 − fraction) on the other rows (`rewards.base.WeightedSum.total`).
 
-    `length_neutral` (0 … 1, `rl.length_neutral`): that share of the batch's advantages' linear dependence on the
-    samples' lengths is taken out (`trainer.rl.length_neutral_advantage`), so that the reward does not teach length."""
+    `length_neutral` (0 … 1, `rl.length_neutral`): that share of the batch's advantages' rise with the samples'
+    lengths is taken out (`trainer.rl.length_neutral_advantage`), so that the reward does not teach length."""
 
     stage = "mixed"
 

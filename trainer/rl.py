@@ -30,17 +30,18 @@ def self_critical_loss(sample_log_probs: Tensor, sample_lengths: Tensor, advanta
 
 def length_neutral_advantage(advantage: Tensor, length_gap: Tensor, strength: float = 1.0) -> Tensor:
     """The advantages [B, k] less `strength` × the slope of their least-squares line on the samples' length gaps over
-    their baselines ([B, k], tokens; the baseline's length taken as its reward is): A − s·b·Δℓ. At strength 1 the
-    batch's advantages no longer rise or fall with a sample's length, so the gradient pays (to first order) only
-    for what the reward sees at equal length, the intercept: the training-time twin of table4's gain at equal
-    length (`trainer.significance.at_equal_length`). Gaps that do not vary leave the advantages as they are."""
+    their baselines ([B, k], tokens; the baseline's length taken as its reward is), where that slope is positive:
+    A − s·max(b, 0)·Δℓ. At strength 1 the batch's advantages no longer rise with a sample's length, so the gradient
+    does not pay (to first order) for writing longer, only for what the reward sees at equal length: the training
+    twin of table4's gain at equal length (`trainer.significance.at_equal_length`). A reward that prefers shorter
+    samples (one that learns to stop a loop) keeps that; gaps that do not vary leave the advantages as they are."""
     gap = length_gap.float()
     centred = gap - gap.mean()
     spread = (centred * centred).sum()
     if strength == 0 or spread == 0:
         return advantage
     slope = (centred * (advantage - advantage.mean())).sum() / spread
-    return advantage - strength * slope * gap
+    return advantage - strength * slope.clamp(min=0) * gap
 
 
 def mixed_loss(gamma: float, rl_per_article: Tensor, mle: Tensor, any_reference: bool) -> Tensor:
