@@ -271,6 +271,21 @@ def test_a_sweep_axis_that_its_folders_do_not_name_is_refused_before_any_point(t
     RunFolders().on_multirun_start(cfg)  # every point its own folder
 
 
+def test_a_second_sweep_into_a_folder_whose_sweep_still_runs_is_refused_before_it_writes(tmp_path, monkeypatch):
+    # before: refused point by point (each run folder's lock), after Hydra had rewritten the first's multirun.yaml
+    cfg = composed_with_hydra(["experiment=demo_grid", f"hydra.sweep.dir={tmp_path / 'sweep'}"], monkeypatch)
+    OmegaConf.set_readonly(cfg.hydra, False)
+    cfg.hydra.overrides.task = ["experiment=demo_grid", "reward=mle,rouge_l"]
+    first = RunFolders()
+    first.on_multirun_start(cfg)
+    (tmp_path / "sweep" / "multirun.yaml").write_text("the first sweep's\n")
+    with pytest.raises(SystemExit, match=f"hydra.sweep.dir {tmp_path / 'sweep'} is in use by a sweep still running"):
+        RunFolders().on_multirun_start(cfg)
+    assert (tmp_path / "sweep" / "multirun.yaml").read_text() == "the first sweep's\n"
+    first.sweep_lock.close()  # the first sweep has ended
+    RunFolders().on_multirun_start(cfg)
+
+
 def test_mle_continues_from_mle_checkpoint_when_asked_and_a_grid_names_its_own(tmp_path):
     other = tmp_path / "other" / "checkpoints" / "best.ckpt"
     check_settings(compose_run(tmp_path, "mle", ["reward=mle", f"mle_checkpoint={other}",

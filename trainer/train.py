@@ -13,7 +13,7 @@ import warnings
 from contextlib import contextmanager, nullcontext
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import IO, Any, Iterator
 
 import hydra
 import pytorch_lightning as pl
@@ -263,8 +263,22 @@ class RunFolders(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
             check_sweep_dir(config)
+            self.sweep_lock = hold_sweep_lock(Path(config.hydra.sweep.dir))
         except SettingsError as error:
             raise SystemExit(f"SettingsError: {error}") from None
+
+
+def hold_sweep_lock(folder: Path) -> IO[str]:
+    """`<sweep>/.sweep.lock`, held while this sweep runs (the kernel drops it when the process ends): a second sweep
+    into the folder meanwhile is refused before Hydra rewrites the first one's multirun.yaml."""
+    handle = (folder / ".sweep.lock").open("a")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise SettingsError(f"hydra.sweep.dir {folder} is in use by a sweep still running there: give this sweep a "
+                            "folder of its own, or continue that one once it has ended (resume_if_exists=true)") from None
+    return handle
 
 
 def build(cfg: DictConfig) -> tuple[SummarizationData, pl.LightningModule]:
