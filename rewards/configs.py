@@ -103,6 +103,9 @@ def score_strings(reward: str | Reward, summaries: Sequence[str], references: Se
 
         score_strings("rouge_l", ["the cat sat ."], ["a cat sat on the mat ."])
     """
+    for name, texts in (("summaries", summaries), ("references", references), ("articles", articles)):
+        if isinstance(texts, str):  # a string is a sequence of characters: each would be scored as a summary
+            raise TypeError(f"score_strings: {name} must be a list of strings, got one string: [{texts[:30]!r}]")
     built = build_reward(reward, overrides)
     references = [None] * len(summaries) if references is None else references
     return score_texts({"reward": built}, summaries, references, articles, tokenizer, device=device)["reward"]

@@ -16,6 +16,8 @@ def test_score_strings_scores_plain_text_as_the_reward_does():
     # (or "dog night .") of 9 and 6, P 1/3, R 1/2, F = 0.4
     assert score_strings("rouge_l", SUMMARIES, REFERENCES) == pytest.approx([5 / 7, 0.4], abs=1e-6)
     assert score_strings("rouge_l", SUMMARIES, [None, REFERENCES[1]])[0] is None  # no reference: does not apply
+    with pytest.raises(TypeError, match=r"summaries must be a list of strings, got one string: \['the cat'\]"):
+        score_strings("rouge_l", "the cat", ["the cat"])  # scored 7 characters as 7 summaries
 
 
 def test_score_strings_names_a_config_that_does_not_exist():
