@@ -199,6 +199,9 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, dict[str, float]]
             inputs = [str(rows[used[j]].value(args.input_field)) for j in keep]
             sections.append(pairs_report(dim, input_level_pairs(inputs, systems, human, metrics)))
         if "system" in args.protocol:
+            if len(set(systems)) < 2:
+                raise InputError(f"{args.input}: --protocol system correlates per-system means, and {dim!r} is judged "
+                                 f"for {len(set(systems))} system ({args.system_field}): it needs at least 2")
             by_method = {m: system_level(systems, human, metrics, m) for m in CORRELATIONS}
             sections.append(system_report(dim, len(set(systems)), by_method))
     print("\n\n".join(sections))

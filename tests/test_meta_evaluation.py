@@ -17,6 +17,7 @@ from rewards.correlation import dominance, input_level_pairs, system_level, will
 from rewards.msr_compression import RATING_CODES, judged_rows, read_msr
 from rewards.rouge import RougeN, multi_reference_recall
 from rewards.scoring import tokenize
+from scripts.cli import InputError
 from test_scripts import load_script
 
 CHAGANTY = Path("/work/shared/data/human/chaganty2018_cnndm.jsonl")
@@ -120,6 +121,10 @@ def test_correlate_systems_keep_complete_inputs_and_the_last_duplicate(tmp_path,
     assert "| x − y (n = 6) |" in printed
     assert results["overall"]["rouge_1_recall"]["pearson"] == pytest.approx(1.0)  # recall k/8, judged k
     assert "## overall: system level (2 systems)" in printed
+    with pytest.raises(InputError, match=r"judged.jsonl: --protocol system correlates per-system means, and "
+                                         r"'overall' is judged for 1 system \(system\): it needs at least 2"):
+        load_script("correlate").main([str(path), "--human", "overall", "--input-field", "doc", "--systems", "x",
+                                       "--rewards", "rouge_1_recall", "--tokenize", "whitespace", "--protocol", "system"])
 
 
 @pytest.mark.slow
