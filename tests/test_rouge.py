@@ -115,3 +115,18 @@ def test_the_tests_rouge_is_rouge_score_on_the_sentences_for_all_four_keys():
     assert scores["rougeLsum"][1] > scores["rougeL"][1] and scores["rouge1"][0] > 0  # one LCS per sentence
     with pytest.raises(ValueError, match="rougeL"):
         RougeScore("rouge3")
+
+
+def test_sumrl_score_gives_rouge_1_and_2_as_rouge_score_computes_them(tmp_path, capsys):
+    """table4 prints ROUGE-1/2; `sumrl-score --rewards rouge_1 rouge_2` gives the same numbers (it had none)."""
+    from rouge_score import rouge_scorer
+    from test_scripts import load_script, write_jsonl
+    rows = [{"summary": "the cats sat on a mat .", "reference": "a cat sat on the mat ."},
+            {"summary": "dogs ran in the park .", "reference": "the dog ran to the parks ."}]
+    means = load_script("score").main([str(write_jsonl(tmp_path / "s.jsonl", rows)), "--rewards", "rouge_1",
+                                       "rouge_2"])
+    scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2"], use_stemmer=True)
+    for key, label in (("rouge1", "rouge_1"), ("rouge2", "rouge_2")):
+        expected = sum(scorer.score(r["reference"], r["summary"])[key].fmeasure for r in rows) / 2
+        assert means[label] == pytest.approx(expected, abs=1e-9)
+    assert "| rouge_1 | ROUGE-1 |" in capsys.readouterr().out

@@ -103,10 +103,11 @@ def write_test_files(rows: list[dict], metrics: Mapping[str, Reward], device: to
 def columns(metrics: Mapping[str, Reward]) -> dict[str, str]:
     """Table headers of `evaluate`'s keys: ROUGE's, then each metric's own (`Display.column`), in that order. A metric
     whose column an earlier key's already is (the ROUGE-L reward's LCS F on tokens, beside rouge-score's stemmed
-    ROUGE-L) is headed "<column> (reward)": one name, one number."""
+    ROUGE-L) is headed "<column> (reward)": one name, one number; the test's own ROUGE under another key keeps it."""
     headers: dict[str, str] = {}
     for key, metric in (TEST_ROUGE | dict(metrics)).items():
-        taken = metric.display.column in headers.values()
+        same = isinstance(metric, RougeScore) and metric.name in TEST_ROUGE  # the test's own ROUGE (reward=rouge_1)
+        taken = metric.display.column in headers.values() and not same
         headers[key] = metric.display.column + (" (reward)" if taken else "")
     return headers
 
