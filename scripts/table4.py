@@ -50,6 +50,7 @@ from trainer.tables import markdown_table, write_csv  # noqa: E402
 from trainer.train import SettingsError, check_writable  # noqa: E402
 
 LEVEL = 0.95
+EXTRAPOLATED = 0.05  # the share of articles below which equal length lies outside the row's length differences
 SHAPE_HEADERS = {"tokens": "tokens", "repeated_trigrams": "repeated trigrams"}
 
 
@@ -336,6 +337,10 @@ class Comparison:
     per_seed: dict[int | None, Interval]
     equal_length: Interval | None = None
     equal_length_per_seed: dict[int | None, Interval] = field(default_factory=dict)
+    extrapolated: bool = False  # fewer than EXTRAPOLATED of its articles on one side of equal length
+
+    def equal_length_cell(self) -> str:
+        return starred(self.equal_length) + ("†" if self.extrapolated else "")
 
     @property
     def significant_seeds(self) -> int:
@@ -364,6 +369,8 @@ def compare_rows(rows: dict[str, list[Run]], pairs: dict[Path, Run], scores: dic
             comparison = Comparison(pooled_bootstrap(deltas, resamples, seed, LEVEL),
                                     {s: paired_bootstrap(d[:, 0], resamples, seed, LEVEL) for s, d in pairs_of.items()})
             if lengths:
+                gaps = np.concatenate([d[:, 1] for d in pairs_of.values()])
+                comparison.extrapolated = bool(min(np.mean(gaps <= 0), np.mean(gaps >= 0)) < EXTRAPOLATED)
                 comparison.equal_length = pooled_bootstrap(deltas, resamples, seed, LEVEL,
                                                            [d[:, 1] for d in pairs_of.values()])
                 comparison.equal_length_per_seed = {s: paired_bootstrap(d[:, 0], resamples, seed, LEVEL, d[:, 1])
@@ -409,7 +416,7 @@ def significance_report(results: dict[str, dict[str, float]], comparisons: dict[
     on its own metric, with whether it is the best row there, its gain at equal length and beside the control row
     (`compare_with_control`) and, over several seeds, how many of them are significant on their own."""
     intervals = {row: {m: c.pooled for m, c in cells.items()} for row, cells in comparisons.items()}
-    equal = {row: {m: c.equal_length for m, c in cells.items() if c.equal_length} for row, cells in comparisons.items()}
+    equal = {row: {m: c for m, c in cells.items() if c.equal_length} for row, cells in comparisons.items()}
     pooled = f"; {seeds} seeds pooled (two-level bootstrap: seeds, then articles)" if seeds > 1 else ""
     lines = [f"Difference from {baseline}:", "", results_table(intervals, headers, cell=starred), "",
              f"paired bootstrap over {results[baseline]['n']:,} test articles, {resamples:,} resamples, "
@@ -417,7 +424,12 @@ def significance_report(results: dict[str, dict[str, float]], comparisons: dict[
     if any(equal.values()):
         lines += ["", f"Difference from {baseline} at equal length (the intercept of each seed's per-article "
                   "regression of the difference on the difference in tokens: what the row gains where its summary "
-                  "is as long as the baseline's; same resamples):", "", results_table(equal, headers, cell=starred)]
+                  "is as long as the baseline's; same resamples):", "",
+                  results_table(equal, headers, cell=Comparison.equal_length_cell)]
+        if any(c.extrapolated for cells in equal.values() for c in cells.values()):
+            lines += ["", f"† fewer than {EXTRAPOLATED:.0%} of the articles' summaries are as long as the baseline's "
+                      "or shorter (or as long or longer): equal length lies outside the row's lengths, and its value "
+                      "is an extrapolation of the line"]
     control_row, beside_control = control
     diagonal = []
     for row, metric in own.items():
@@ -430,7 +442,7 @@ def significance_report(results: dict[str, dict[str, float]], comparisons: dict[
                 + ("significant" if comparison.pooled.significant else "not significant")
                 + ("; the best row there" if best == row else f"; {best} is higher"))
         if comparison.equal_length:
-            line += f"; at equal length {starred(comparison.equal_length)}"
+            line += f"; at equal length {comparison.equal_length_cell()}"
         if row in beside_control:
             line += f"; beside the control ({control_row}) {starred(beside_control[row])}"
         if seeds > 1:
@@ -525,8 +537,8 @@ def runs_caption(runs: list[Run]) -> str:
 
 def plot_differences(path: Path, comparisons: dict[str, dict[str, Comparison]], baseline: str,
                      headers: dict[str, str], caption: str) -> None:
-    """One panel per metric, two error bars per row, the difference (blue) and at equal length (orange, below it):
-    filled where the interval excludes 0, hollow where not."""
+    """One panel per metric, two error bars per row, the difference (blue) and at equal length (orange, below it,
+    unless extrapolated): filled where the interval excludes 0, hollow where not."""
     rows = list(comparisons)
     metrics = list(dict.fromkeys(metric for cells in comparisons.values() for metric in cells))  # a row may lack one
     ncols = min(len(metrics), 4)
@@ -538,7 +550,8 @@ def plot_differences(path: Path, comparisons: dict[str, dict[str, Comparison]], 
         for y, row in enumerate(rows):
             if (comparison := comparisons[row].get(metric)) is None:
                 continue
-            for offset, color, interval in ((0.0, "C0", comparison.pooled), (0.25, "C1", comparison.equal_length)):
+            equal = None if comparison.extrapolated else comparison.equal_length  # off the scale: in the table only
+            for offset, color, interval in ((0.0, "C0", comparison.pooled), (0.25, "C1", equal)):
                 if interval is not None:
                     ax.errorbar(interval.mean, y + offset, capsize=3, fmt="o", color=color,
                                 xerr=[[max(interval.mean - interval.low, 0)], [max(interval.high - interval.mean, 0)]],
@@ -709,8 +722,9 @@ def main(argv: list[str] | None = None) -> None:
     table = {model: dict(row) for model, row in shown.items()}
     for model, cells in comparisons.items():
         table[model]["vs_mle"] = {metric: interval_fields(c.pooled) for metric, c in cells.items()}
-        table[model]["vs_mle_equal_length"] = {metric: interval_fields(c.equal_length) for metric, c in cells.items()
-                                               if c.equal_length}
+        table[model]["vs_mle_equal_length"] = {
+            metric: interval_fields(c.equal_length) | {"extrapolated": c.extrapolated} for metric, c in cells.items()
+            if c.equal_length}
         table[model]["vs_mle_per_seed"] = {str(s): {metric: interval_fields(c.per_seed[s]) for metric, c in
                                                     cells.items()} for s in next(iter(cells.values())).per_seed}
     for model, means_greedy in greedy_results.items():

@@ -270,14 +270,18 @@ def test_table4_marks_exactly_the_rows_that_differ(grid, capsys):
     assert "| MLE+Pgen (no reward) | " in means_table and "| MLE+Pgen (no reward) | " not in differences
     assert "paired bootstrap over 30 test articles, 1,000 resamples, seed 0, 95% percentile intervals; " \
            "* = interval excludes 0" in differences
+    plain, equal = differences.split("Difference from MLE+Pgen (no reward) at equal length")
     rows = {line.split(" | ")[0][2:]: line.strip("| ").split(" | ")[1:]
-            for line in differences.splitlines() if line.startswith("| ") and "---" not in line}
+            for line in plain.splitlines() if line.startswith("| ") and "---" not in line}
+    # the S+WMS run's summaries are all 3 tokens longer: its equal-length cells are marked as extrapolated
+    assert "| Mixed w/ S+WMS | " in equal and all(cell.endswith("†") for cell in next(
+        line for line in equal.splitlines() if line.startswith("| Mixed w/ S+WMS")).strip("| ").split(" | ")[1:])
     assert set(rows) == set(SIGNIFICANT) | {"model"}
-    assert rows["model"] == ["ROUGE-1", "ROUGE-2", "ROUGE-L", "ROUGE-Lsum", "WMS", "SMS"]
+    assert rows["model"] == ["ROUGE-1", "ROUGE-2", "ROUGE-L", "ROUGE-Lsum", "WMS", "SMS", "tokens"]
     for model, significant in SIGNIFICANT.items():
-        assert [cell.endswith("*") for cell in rows[model]] == [significant] * 6, model
+        assert [cell.endswith("*") for cell in rows[model][:6]] == [significant] * 6, model
     assert set(rows["Mixed w/ WMS"]) == {"+0.00 [+0.00, +0.00]"}
-    assert all(cell.startswith("-") for cell in rows["Mixed w/ S+WMS"])
+    assert all(cell.startswith("-") for cell in rows["Mixed w/ S+WMS"][:6]) and rows["Mixed w/ S+WMS"][6].startswith("+3")
 
     # The diagonal: each known reward row on its own metric (S+WMS was not computed, custom has none).
     diagonal = [line for line in differences.splitlines() if line.startswith("- ")]
@@ -473,6 +477,11 @@ def test_table4_shows_the_control_row_and_each_rewards_gain_beside_it(tmp_path, 
     control_gap = table["Mixed w/ ROUGE-L"]["rougeL"] - table["Mixed w/ Length only (tokens)"]["rougeL"]
     assert beside["delta"] == pytest.approx(control_gap) and beside["significant"]
     assert table["diagonal"]["rouge_l"]["equal_length"]["delta"] == table["diagonal"]["rouge_l"]["delta"]
+    # every control summary is 4 tokens longer: equal length lies outside its lengths, an extrapolation, marked
+    assert table["Mixed w/ Length only (tokens)"]["vs_mle_equal_length"]["rougeL"]["extrapolated"]
+    assert not table["Mixed w/ ROUGE-L"]["vs_mle_equal_length"]["rougeL"]["extrapolated"]
+    equal_table = report.split("at equal length (")[1].split("Each reward on its own metric")[0]
+    assert "| Mixed w/ Length only (tokens) | " in equal_table and "]*†" in equal_table and "† fewer than 5%" in report
 
 
 def test_table4_leaves_out_a_run_without_test_results_and_names_it(seed_grid, tmp_path, capsys):
