@@ -212,14 +212,6 @@ def test_training_script_end_to_end_with_the_fourth_negative(tiny_qa_model, tmp_
     held_out = tmp_path / "held_out.tsv"
     held_out.write_text("id\n")
     output = tmp_path / "ls"
-    output.mkdir()
-    (output / "ls_score.pt").write_bytes(b"the previous evaluator")
-    plot = module.plot  # called once training has ended: the previous evaluator serves until then
-
-    def previous_still_served(*args):
-        assert (output / "ls_score.pt").read_bytes() == b"the previous evaluator"
-        plot(*args)
-    monkeypatch.setattr(module, "plot", previous_still_served)
     module.main(["--data", "data=demo", "data.train.n=120", f"cache_dir={tmp_path}", "--encoder", tiny_qa_model,
                  "--held-out", str(held_out), "--output", str(output), "--repeat-sentences", "1",
                  "--articles", "16", "--batch-size", "4", "--eval-every", "2", "--val-articles", "4",

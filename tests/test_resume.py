@@ -276,14 +276,20 @@ def test_a_second_sweep_into_a_folder_whose_sweep_still_runs_is_refused_before_i
     cfg = composed_with_hydra(["experiment=demo_grid", f"hydra.sweep.dir={tmp_path / 'sweep'}"], monkeypatch)
     OmegaConf.set_readonly(cfg.hydra, False)
     cfg.hydra.overrides.task = ["experiment=demo_grid", "reward=mle,rouge_l"]
-    first = RunFolders()
-    first.on_multirun_start(cfg)
+    (tmp_path / "sweep").mkdir()
+    first = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a'); "
+                              "fcntl.flock(f, fcntl.LOCK_EX); print(flush=True); time.sleep(60)",
+                              str(tmp_path / "sweep" / ".sweep.lock")], stdout=subprocess.PIPE, text=True)
+    first.stdout.readline()  # the first sweep's process holds the lock
     (tmp_path / "sweep" / "multirun.yaml").write_text("the first sweep's\n")
     with pytest.raises(SystemExit, match=f"hydra.sweep.dir {tmp_path / 'sweep'} is in use by a sweep still running"):
         RunFolders().on_multirun_start(cfg)
     assert (tmp_path / "sweep" / "multirun.yaml").read_text() == "the first sweep's\n"
-    first.sweep_lock.close()  # the first sweep has ended
+    first.kill()  # the first sweep has ended
+    first.wait()
     RunFolders().on_multirun_start(cfg)
+    import pickle
+    pickle.dumps(RunFolders())  # Hydra's launchers send the callbacks to their jobs
 
 
 def test_mle_continues_from_mle_checkpoint_when_asked_and_a_grid_names_its_own(tmp_path):
@@ -446,15 +452,15 @@ def files(folder: Path) -> dict[str, bytes]:
 def test_a_moved_or_copied_run_resumes_in_its_own_folder_as_if_uninterrupted(mle_best, tmp_path):
     mixed = ["reward=rouge_l", f"mle_checkpoint={mle_best}", "trainer.val_check_interval=5", "checkpoint_every=3",
              "threads=1", "stages.mixed.lr=1e-3"]
-    whole = run(compose_run(tmp_path, "whole", [*mixed, "trainer.max_steps=20"]))
+    whole = run(compose_run(tmp_path, "whole", [*mixed, "trainer.max_steps=17"]))  # validations at 5, 10 and 15
     best_step = global_step(tmp_path / "whole" / "checkpoints" / "best.ckpt")
-    assert best_step < 10, "the best must come before the stop, or a lost best score would go unseen"
-    run(compose_run(tmp_path, "stopped", [*mixed, "trainer.max_steps=10", "test=false"]))  # stopped at step 10
+    assert best_step < 12, "the best must come before the stop, or a lost best score would go unseen"
+    run(compose_run(tmp_path, "stopped", [*mixed, "trainer.max_steps=12", "test=false"]))  # stopped at step 12
 
     shutil.copytree(tmp_path / "stopped", tmp_path / "copied")
     original = files(tmp_path / "stopped")
     for folder in ("copied", "moved"):
-        resumed = run(compose_run(tmp_path, folder, [*mixed, "trainer.max_steps=20",
+        resumed = run(compose_run(tmp_path, folder, [*mixed, "trainer.max_steps=17",
                                                      f"ckpt_path={tmp_path / folder / 'checkpoints' / 'last.ckpt'}"]))
         assert resumed == whole == json.loads((tmp_path / folder / "results.json").read_text()), folder
         assert global_step(tmp_path / folder / "checkpoints" / "best.ckpt") == best_step

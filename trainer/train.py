@@ -147,10 +147,6 @@ def check_it_trains(cfg: DictConfig, lr: float | None) -> None:
     steps, every = cfg.trainer.get("max_steps"), cfg.trainer.get("val_check_interval")
     # a mixed run keeps its best validation, its start included: with none after the start it tests (and tabulates)
     # the start
-    if isinstance(every, int) and steps and 0 < steps < every and cfg.stage != "mixed":
-        raise SettingsError(f"trainer.val_check_interval={every} is more than trainer.max_steps={steps} "
-                            f"(stages.{cfg.stage}.val_every, stages.{cfg.stage}.steps): this run would never validate, "
-                            "and keep no best checkpoint")
     if cfg.stage == "mixed" and cfg.test and isinstance(every, int) and steps and 0 < steps < every:
         raise SettingsError(f"trainer.val_check_interval={every} is more than trainer.max_steps={steps} "
                             f"(stages.mixed.val_every, stages.mixed.steps): this mixed run would never validate after "
@@ -263,14 +259,20 @@ class RunFolders(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
             check_sweep_dir(config)
-            self.sweep_lock = hold_sweep_lock(Path(config.hydra.sweep.dir))
+            hold_sweep_lock(Path(config.hydra.sweep.dir))
         except SettingsError as error:
             raise SystemExit(f"SettingsError: {error}") from None
+
+
+SWEEP_LOCKS: dict[Path, IO[str]] = {}  # held by the sweep's own process (callbacks are pickled to its jobs)
 
 
 def hold_sweep_lock(folder: Path) -> IO[str]:
     """`<sweep>/.sweep.lock`, held while this sweep runs (the kernel drops it when the process ends): a second sweep
     into the folder meanwhile is refused before Hydra rewrites the first one's multirun.yaml."""
+    folder = folder.resolve()
+    if folder in SWEEP_LOCKS:
+        return SWEEP_LOCKS[folder]
     handle = (folder / ".sweep.lock").open("a")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -278,6 +280,7 @@ def hold_sweep_lock(folder: Path) -> IO[str]:
         handle.close()
         raise SettingsError(f"hydra.sweep.dir {folder} is in use by a sweep still running there: give this sweep a "
                             "folder of its own, or continue that one once it has ended (resume_if_exists=true)") from None
+    SWEEP_LOCKS[folder] = handle
     return handle
 
 
