@@ -87,6 +87,12 @@ def mle_start(folder: Path, seed: int) -> dict[str, float] | None:
             "repeated_trigrams": float(kept["val/repeated_trigrams"])}
 
 
+def equal_length_significant(cell: dict) -> bool:
+    """Whether a diagonal cell's difference at equal length excludes 0 (False for a table4 from before it had one)."""
+    equal = cell.get("equal_length")
+    return bool(equal and equal["significant"])
+
+
 def report(grids: list[tuple[int, int]], out: Path, seconds: dict) -> tuple[str, dict]:
     cells = {f"t{t}_s{s}": diagonal(out / f"t{t}_s{s}") for t, s in grids}
     starts = {f"t{t}_s{s}": mle_start(out / f"t{t}_s{s}", s) for t, s in grids}
@@ -97,29 +103,36 @@ def report(grids: list[tuple[int, int]], out: Path, seconds: dict) -> tuple[str,
                  + ("*" if row[r]["significant"] else "") for r in REWARDS]
         wall = seconds.get((threads, seed))
         everywhere = all(row[r]["significant"] for r in REWARDS)
+        at_equal_length = all(equal_length_significant(row[r]) for r in REWARDS)
         best = sum(row[r]["best_row"] for r in REWARDS)
         start = starts[name]
-        table.append([str(threads), str(seed), *shown, "yes" if everywhere else "no", f"{best} of {len(REWARDS)}",
+        table.append([str(threads), str(seed), *shown, "yes" if everywhere else "no",
+                      "yes" if at_equal_length else "no", f"{best} of {len(REWARDS)}",
                       f"{start['step']}, {start['tokens']:.0f}, {start['repeated_trigrams']:.2f}" if start else "-",
                       f"{wall / 60:.1f}" if wall else "-"])
-    lines = [markdown_table(["threads", "seed", *names.values(), "all 4", "best on own",
+    lines = [markdown_table(["threads", "seed", *names.values(), "all 4", "all 4 at equal length", "best on own",
                              "MLE start: step, greedy tokens, repeats", "minutes"], table)]
     passed = sum(all(row[r]["significant"] for r in REWARDS) for row in cells.values())
+    passed_equal = sum(all(equal_length_significant(row[r]) for r in REWARDS) for row in cells.values())
     summary = {r: {"mean_delta": sum(row[r]["delta"] for row in cells.values()) / len(cells),
                    "smallest_low": min(row[r]["low"] for row in cells.values()),
                    "largest_delta": max(row[r]["delta"] for row in cells.values()),
                    "smallest_delta": min(row[r]["delta"] for row in cells.values()),
                    "significant": sum(row[r]["significant"] for row in cells.values()),
+                   "significant_at_equal_length": sum(equal_length_significant(row[r]) for row in cells.values()),
                    "best_row": sum(row[r]["best_row"] for row in cells.values())} for r in REWARDS}
     lines += ["", f"**{passed} of {len(cells)} grids** have all four diagonals significant (* = the 95% paired "
-              "bootstrap interval excludes 0).", "",
+              f"bootstrap interval excludes 0); **{passed_equal} of {len(cells)}** at equal length (table4's "
+              "length-controlled difference).", "",
               markdown_table(["reward, own metric", "mean Δ", "range of Δ", "smallest lower bound", "significant",
-                              "best row on it"],
+                              "at equal length", "best row on it"],
                              [[names[r], f"{v['mean_delta']:+.2f}", f"{v['smallest_delta']:+.2f} to "
                                f"{v['largest_delta']:+.2f}", f"{v['smallest_low']:+.2f}",
-                               f"{v['significant']} of {len(cells)}", f"{v['best_row']} of {len(cells)}"]
+                               f"{v['significant']} of {len(cells)}",
+                               f"{v['significant_at_equal_length']} of {len(cells)}", f"{v['best_row']} of {len(cells)}"]
                               for r, v in summary.items()])]
-    return "\n".join(lines), {"grids": cells, "mle_starts": starts, "passed": passed, "total": len(cells),
+    return "\n".join(lines), {"grids": cells, "mle_starts": starts, "passed": passed,
+                              "passed_at_equal_length": passed_equal, "total": len(cells),
                               "per_reward": summary}
 
 

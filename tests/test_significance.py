@@ -629,6 +629,10 @@ def test_demo_robustness_counts_grids_whose_whole_diagonal_is_significant(tmp_pa
         diagonal = {r: {"row": f"Mixed w/ {r}", "delta": 2.0, "low": 1.0, "high": 3.0, "significant": True,
                         "best_row": r != "wms"} for r in robustness.REWARDS}
         diagonal["sms"] |= {"low": sms_low, "significant": sms_low > 0}
+        diagonal["wms"]["equal_length"] = {"delta": 1.0, "low": -0.1 if name == "t1_s0" else 0.1, "high": 2.0,
+                                           "significant": name != "t1_s0"}
+        for r in ("rouge_l", "sms", "s_wms"):
+            diagonal[r]["equal_length"] = {"delta": 1.0, "low": 0.5, "high": 2.0, "significant": True}
         (tmp_path / name / "table4.json").write_text(json.dumps({"diagonal": diagonal}))
     mle = tmp_path / "t2_s0" / "seed_0" / "mle"  # its MLE start: the kept checkpoint is the lowest loss's
     mle.mkdir(parents=True)
@@ -636,14 +640,16 @@ def test_demo_robustness_counts_grids_whose_whole_diagonal_is_significant(tmp_pa
                                              "100,0.44,16.5,0.28\n")
     robustness.main(["--seeds", "0", "--threads", "1", "2", "--out", str(tmp_path)])
     data = json.loads((tmp_path / "robustness.json").read_text())
-    assert (data["passed"], data["total"]) == (1, 2)
+    assert (data["passed"], data["passed_at_equal_length"], data["total"]) == (1, 1, 2)
     assert data["per_reward"]["sms"] | {} == {"mean_delta": 2.0, "smallest_low": -0.5, "largest_delta": 2.0,
-                                               "smallest_delta": 2.0, "significant": 1, "best_row": 2}
+                                               "smallest_delta": 2.0, "significant": 1,
+                                               "significant_at_equal_length": 2, "best_row": 2}
+    assert data["per_reward"]["wms"]["significant_at_equal_length"] == 1
     assert data["per_reward"]["wms"]["best_row"] == 0
     printed = capsys.readouterr().out
     assert "**1 of 2 grids** have all four diagonals significant" in printed and "| Mixed w/ sms | " in printed
     assert data["mle_starts"] == {"t1_s0": None, "t2_s0": {"step": 100, "tokens": 16.5, "repeated_trigrams": 0.28}}
-    assert "| no | 3 of 4 | 100, 16, 0.28 | - |" in printed
+    assert "| no | yes | 3 of 4 | 100, 16, 0.28 | - |" in printed and "**1 of 2** at equal length" in printed
 
 
 def test_table4_writes_into_the_sweep_that_holds_the_runs(seed_grid, capsys):
