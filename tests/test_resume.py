@@ -358,7 +358,32 @@ def test_checkpoint_writes_are_atomic(tmp_path):
     with pytest.raises(Exception):
         io.save_checkpoint({"step": 2, "bad": lambda: None}, path)  # fails mid-write (cannot pickle)
     assert torch.load(path, weights_only=True) == {"step": 1}
-    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".")] == ["last.ckpt"]
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]  # and no partial file left beside it
+
+
+def test_a_full_disk_is_named_and_leaves_no_partial_checkpoint(tmp_path, monkeypatch):
+    path = tmp_path / "best.ckpt"
+    AtomicCheckpointIO().save_checkpoint({"step": 1}, path)
+
+    def full(obj, f, *args, **kwargs):
+        Path(f).write_bytes(b"PK half")
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(torch, "save", full)
+    with pytest.raises(CheckpointError, match=r"best.ckpt: .*No space left on device \(the disk holding .* is full\)"):
+        AtomicCheckpointIO().save_checkpoint({"step": 2}, path)
+    assert [p.name for p in tmp_path.iterdir()] == ["best.ckpt"]
+
+
+def test_a_full_disk_at_the_end_of_fit_costs_the_curve_files_not_the_run(tmp_path, monkeypatch, caplog):
+    from trainer import callbacks
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(callbacks, "plot_curves", full)
+    curve = callbacks.ValidationCurve("val/loss", "min", str(tmp_path))
+    curve.points = [{"step": 0, "seconds": 0.0, "val/loss": 2.0}, {"step": 5, "seconds": 1.0, "val/loss": 1.0}]
+    curve.on_fit_end(type("T", (), {"is_global_zero": True})(), None)
+    assert "could not write the validation curve's files" in caplog.text and "No space left" in caplog.text
 
 
 def test_unreadable_checkpoint_is_named(tmp_path):

@@ -8,6 +8,7 @@ from typing import Sequence
 
 import pytorch_lightning as pl
 
+from models.text.records import atomic_write
 from trainer.tables import write_csv
 
 log = logging.getLogger(__name__)
@@ -97,9 +98,15 @@ class ValidationCurve(pl.Callback):
         line = self.summary()
         log.info("%s: %s", self.name, line)
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        (self.output_dir / "val_summary.txt").write_text(line + "\n", encoding="utf-8")
-        self.write_csv(self.output_dir / "val_curve.csv")
-        plot_curves({self.output_dir.name: self.points}, self.output_dir / "val_curve.png", self.panels, self.caption)
+        try:  # records of the curve: a full disk costs them (said once), not the run, whose checkpoints are saved
+            atomic_write(self.output_dir / "val_summary.txt",
+                         lambda partial: partial.write_text(line + "\n", encoding="utf-8"))
+            self.write_csv(self.output_dir / "val_curve.csv")
+            plot_curves({self.output_dir.name: self.points}, self.output_dir / "val_curve.png", self.panels,
+                        self.caption)
+        except OSError as error:
+            log.warning("could not write the validation curve's files in %s (%s): the curve is in the run's logs/",
+                        self.output_dir, error.strerror or error)
 
     def write_csv(self, path: Path) -> None:
         keys = ["step", "seconds"] + sorted({k for p in self.points for k in p} - {"step", "seconds"})
@@ -135,7 +142,7 @@ def plot_curves(curves: dict[str, list[dict[str, float]]], path: Path, panels: S
         row[0].set_ylabel(name, fontsize=9, fontweight="bold")  # the run, once a row: long names overran the titles
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.savefig(path, dpi=100)
+    atomic_write(path, lambda partial: fig.savefig(partial, dpi=100, format="png"))
 
 
 class StopWhenDecodesEnd(pl.Callback):

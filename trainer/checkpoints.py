@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import errno
 import os
 import random
 import signal
@@ -47,8 +48,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(path, lambda partial: torch.save(checkpoint, partial))
         except (OSError, RuntimeError) as error:  # torch reports an unwritable file as a RuntimeError, without a path
-            raise CheckpointError(f"cannot write checkpoint {path}: {str(error).splitlines()[0]} (is "
-                                  f"{path.parent} writable?)") from None
+            full = isinstance(error, OSError) and error.errno == errno.ENOSPC
+            hint = f"the disk holding {path.parent} is full" if full else f"is {path.parent} writable?"
+            raise CheckpointError(f"cannot write checkpoint {path}: {str(error).splitlines()[0]} ({hint})") from None
 
 
 class BestCheckpoint(ModelCheckpoint):

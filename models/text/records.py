@@ -113,5 +113,9 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> None:
     """`write(partial)` beside `path`, then a rename over it: a reader (or a kill mid-write) never sees half a file."""
     path = Path(path)
     partial = path.with_name(f".{path.name}.partial")
-    write(partial)
-    os.replace(partial, path)
+    try:
+        write(partial)
+        os.replace(partial, path)
+    except BaseException:  # a full disk, a kill's exception: no half-written file left beside the whole one
+        partial.unlink(missing_ok=True)
+        raise
