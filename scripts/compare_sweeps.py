@@ -22,7 +22,7 @@ from omegaconf import OmegaConf
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from models.text.records import csv_rows  # noqa: E402
+from models.text.records import csv_rows, write_text  # noqa: E402
 from scripts.cli import add_config_dir_argument, compose_rewards  # noqa: E402
 from scripts.table4 import LEVEL, Run, find_runs, format_interval, score_run  # noqa: E402
 from trainer.evaluate import TEST_ROUGE  # noqa: E402
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     plot(pairs, (a_label, b_label), args.out / "compare_curves.png")
     report += f"\n\nValidation curves against the examples seen: {args.out / 'compare_curves.png'}"
     print(report)
-    (args.out / "compare.md").write_text(report + "\n")
+    write_text(args.out / "compare.md", report + "\n")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from models.text.records import write_text  # noqa: E402
 from trainer.tables import markdown_table  # noqa: E402
 
 REWARDS = ("rouge_l", "wms", "sms", "s_wms")
@@ -152,8 +153,8 @@ def main(argv: list[str] | None = None) -> None:
     seconds = run_grids(grids, args.jobs, out, args.overrides, args.cores)
     text, data = report(grids, out, seconds)
     print(text)
-    (out / "robustness.md").write_text(text + "\n")
-    (out / "robustness.json").write_text(json.dumps(data, indent=2) + "\n")
+    write_text(out / "robustness.md", text + "\n")
+    write_text(out / "robustness.json", json.dumps(data, indent=2) + "\n")
 
 
 if __name__ == "__main__":

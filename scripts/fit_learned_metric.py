@@ -26,7 +26,7 @@ from typing import Sequence
 import numpy as np
 from scipy.stats import spearmanr
 
-from models.text.records import Row, read_jsonl
+from models.text.records import Row, read_jsonl, write_text
 from scripts.cli import InputError, command, parse_exclusions, positive_int, reward_configs
 from trainer.tables import markdown_table
 
@@ -147,8 +147,7 @@ def main(argv: list[str] | None = None) -> list[SubsetFit]:
     if missing:
         print(f"note: no conf/reward/ config for {missing}; the config composes once they exist", file=sys.stderr)
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(config)
+        write_text(args.output, config)
     return fits
 
 

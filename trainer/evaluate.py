@@ -11,6 +11,7 @@ import torch
 
 from models.decoding import Decoded
 from models.text.batch import Batch
+from models.text.records import write_text
 from models.text.vocab import Vocabulary, as_text, split_at_sentence_ends
 from rewards.base import Reward
 from rewards.rouge import ROUGE_COLUMNS, RougeScore
@@ -87,16 +88,17 @@ def write_test_files(rows: list[dict], metrics: Mapping[str, Reward], device: to
               for decoder in ("summary", "greedy")}
     shapes = {decoder: [summary_shape(r[decoder]) for r in rows] for decoder in scored}
     output_dir.mkdir(parents=True, exist_ok=True)
-    with (output_dir / "summaries.jsonl").open("w", encoding="utf-8") as f:
-        for i, row in enumerate(rows):
-            summary, reference, plain, lead = as_text([row["summary"], row["reference"], row["greedy"], row["lead3"]])
-            f.write(json.dumps({"id": row["id"], "summary": summary, "reference": reference,
-                                "scores": scored["summary"][1][i], **shapes["summary"][i],
-                                "greedy": {"summary": plain, "scores": scored["greedy"][1][i], **shapes["greedy"][i]},
-                                "lead3": lead}) + "\n")
+    lines = []
+    for i, row in enumerate(rows):
+        summary, reference, plain, lead = as_text([row["summary"], row["reference"], row["greedy"], row["lead3"]])
+        lines.append(json.dumps({"id": row["id"], "summary": summary, "reference": reference,
+                                 "scores": scored["summary"][1][i], **shapes["summary"][i],
+                                 "greedy": {"summary": plain, "scores": scored["greedy"][1][i], **shapes["greedy"][i]},
+                                 "lead3": lead}) + "\n")
+    write_text(output_dir / "summaries.jsonl", "".join(lines))
     means = {decoder: scored[decoder][0] | mean_shape(shapes[decoder]) for decoder in scored}
     results = {"n": len(rows), **means["summary"], "greedy": means["greedy"]}
-    (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    write_text(output_dir / "results.json", json.dumps(results, indent=2) + "\n")
     return results
 
 

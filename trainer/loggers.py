@@ -17,6 +17,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from pytorch_lightning.loggers import WandbLogger
 
+from models.text.records import write_text
+
 
 def has_wandb_credentials() -> bool:
     if os.environ.get("WANDB_API_KEY"):
@@ -65,7 +67,7 @@ def run_id(save_dir: str) -> str:
     path = Path(save_dir) / "wandb_id.txt"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(uuid.uuid4().hex[:12] + "\n")
+        write_text(path, uuid.uuid4().hex[:12] + "\n")
     return path.read_text().strip()
 
 

@@ -17,6 +17,7 @@ from pytorch_lightning.loggers import WandbLogger
 
 from models.decoding import Decoded
 from models.text.batch import Batch, Example
+from models.text.records import write_text
 from models.text.vocab import as_text
 from rewards.base import RewardInput
 from rewards.repeats import repeated_ngram_counts
@@ -114,8 +115,7 @@ class ValidationSamples(pl.Callback):
         rows = [{"step": step, **row, **drawn.get(row["id"], {})} for row in sorted(self._rows, key=lambda r: r["id"])]
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / f"step_{step}.jsonl"
-        with path.open("w", encoding="utf-8") as f:
-            f.writelines(json.dumps(row) + "\n" for row in rows)
+        write_text(path, "".join(json.dumps(row) + "\n" for row in rows))
         self.log_tables(trainer, f"samples/step_{step}", rows)
         seconds = self._seconds + time.perf_counter() - start
         total = time.perf_counter() - self._started

@@ -16,6 +16,7 @@ from torchmetrics.classification import BinaryAUROC, BinaryF1Score, BinaryPrecis
 
 from models.bottom_up import ContentSelector, copy_glove, selection_targets
 from models.text.batch import Batch
+from models.text.records import write_text
 from models.text.vocab import Vocabulary
 from trainer.checkpoints import SELECTOR_STAGE, checkpoint_description
 
@@ -88,7 +89,7 @@ class ContentSelectorModule(pl.LightningModule):
         results = {key: float(value) for key, value in self.test_metrics.compute().items()}
         results |= {"selected": float(self.test_selected.compute()), "labelled": float(self.test_labelled.compute())}
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        (self.output_dir / "results.json").write_text(json.dumps({"n": self._test_articles, **results}, indent=2)
+        write_text(self.output_dir / "results.json", json.dumps({"n": self._test_articles, **results}, indent=2)
                                                       + "\n")
         for key, value in results.items():
             self.log(f"test/{key}", value)

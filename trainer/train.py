@@ -28,7 +28,7 @@ from pytorch_lightning.utilities import rank_zero_only
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from models.summarizer import HoldsTrainedParts
-from models.text.records import DataError
+from models.text.records import DataError, write_text
 from rewards.base import NotAReward
 from rewards.configs import ConfigRefused, RewardConfigError, instantiate_or_refuse
 from rewards.pretrained import PretrainedNotFound
@@ -418,7 +418,7 @@ def train_and_test(cfg: DictConfig) -> dict:
     for logger in loggers:  # the composed config is the run's: wandb's run config, the CSV logger's hparams.yaml
         logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     if not cfg.ckpt_path:  # a resume keeps the record of how the run was started (and was checked against it)
-        (Path(cfg.output_dir) / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        write_text(Path(cfg.output_dir) / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     if cfg.train:
         if cfg.validate_at_start and cfg.stage == "mixed" and not cfg.ckpt_path:
             # the curve's first point: where RL starts

@@ -109,6 +109,11 @@ def read_jsonl(path: str | Path) -> list[Row]:
     return rows
 
 
+def write_text(path: str | Path, text: str) -> None:
+    """`text` into `path` (UTF-8), whole or not at all (`atomic_write`)."""
+    atomic_write(path, lambda partial: partial.write_text(text, encoding="utf-8"))
+
+
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> None:
     """`write(partial)` beside `path`, then a rename over it: a reader (or a kill mid-write) never sees half a file."""
     path = Path(path)
