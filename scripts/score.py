@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from models.text.records import atomic_write, read_jsonl
+from models.text.records import read_jsonl, write_text
 from scripts.cli import InputError, add_scoring_arguments, command, output_file, score_rows
 from trainer.evaluate import columns
 from trainer.tables import markdown_table
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             out = {"line": row.line, **{field: row.value(field) for field in args.keep}}
             out.update({label: values[i] for label, values in scores.items()})
             lines.append(json.dumps(out) + "\n")
-        atomic_write(args.output, lambda partial: partial.write_text("".join(lines), encoding="utf-8"))
+        write_text(args.output, "".join(lines))
     means, table = {}, []
     headers = columns(rewards)  # the reward ROUGE-L is not rouge-score's: "ROUGE-L (reward)"
     for label, values in scores.items():

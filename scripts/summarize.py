@@ -28,7 +28,7 @@ from tqdm import tqdm
 from models.decoding import BlockRepeatedTrigrams, MinLength, beam_search, check_beam_settings
 from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
 from models.text.batch import Example, collate
-from models.text.records import DataError, atomic_write, csv_rows, jsonl_rows, numbered_lines
+from models.text.records import DataError, csv_rows, jsonl_rows, numbered_lines, write_text
 from models.text.vocab import Vocabulary, as_text
 from scripts.cli import InputError, command, int_at_least, output_file, positive_int
 from trainer.checkpoints import CheckpointError, checkpoint_info, data_reading, load_weights
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"sumrl-summarize: warning: {empty} of {len(summaries)} summaries came out empty (the model ended them at "
               "once): --min-length 35 --block-trigrams decode as the grids test", file=sys.stderr)
     lines = "".join(json.dumps({"id": e.id, "summary": s}) + "\n" for e, s in zip(examples, summaries))
-    atomic_write(args.output, lambda partial: partial.write_text(lines, encoding="utf-8"))
+    write_text(args.output, lines)
 
 
 cli = command(main)  # the console command: bad input is one line, not a traceback

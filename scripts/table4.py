@@ -37,7 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from models.text.records import DataError, Row, atomic_write, csv_rows, jsonl_rows  # noqa: E402
+from models.text.records import DataError, Row, csv_rows, jsonl_rows, write_text  # noqa: E402
 from models.text.vocab import split_at_sentence_ends  # noqa: E402
 from scripts.cli import (USER_ERRORS, add_config_dir_argument, command, compose_rewards,  # noqa: E402
                          instantiate_or_refuse, int_at_least, metrics_and_paths, positive_int)
@@ -369,10 +369,10 @@ def compare_rows(rows: dict[str, list[Run]], pairs: dict[Path, Run], scores: dic
             comparison = Comparison(pooled_bootstrap(deltas, resamples, seed, LEVEL),
                                     {s: paired_bootstrap(d[:, 0], resamples, seed, LEVEL) for s, d in pairs_of.items()})
             if lengths:
-                gaps = np.concatenate([d[:, 1] for d in pairs_of.values()])
-                comparison.extrapolated = bool(min(np.mean(gaps <= 0), np.mean(gaps >= 0)) < EXTRAPOLATED)
-                comparison.equal_length = pooled_bootstrap(deltas, resamples, seed, LEVEL,
-                                                           [d[:, 1] for d in pairs_of.values()])
+                gaps = [d[:, 1] for d in pairs_of.values()]
+                pooled_gaps = np.concatenate(gaps)
+                comparison.extrapolated = bool(min(np.mean(pooled_gaps <= 0), np.mean(pooled_gaps >= 0)) < EXTRAPOLATED)
+                comparison.equal_length = pooled_bootstrap(deltas, resamples, seed, LEVEL, gaps)
                 comparison.equal_length_per_seed = {s: paired_bootstrap(d[:, 0], resamples, seed, LEVEL, d[:, 1])
                                                     for s, d in pairs_of.items()}
             out[row][metric] = comparison
@@ -717,7 +717,7 @@ def main(argv: list[str] | None = None) -> None:
     report += "\n\n" + evidence if evidence else ""
     if args.examples > 0:
         report += "\n\n" + examples_block(rows, scores, headers, args.examples, args.seed)
-    atomic_write(out / "table4.md", lambda partial: partial.write_text(report + "\n", encoding="utf-8"))
+    write_text(out / "table4.md", report + "\n")
     write_results_csv(out / "table4.csv", shown, comparisons)
     table = {model: dict(row) for model, row in shown.items()}
     for model, cells in comparisons.items():
@@ -741,7 +741,7 @@ def main(argv: list[str] | None = None) -> None:
                 "equal_length": interval_fields(comparison.equal_length) if comparison.equal_length else None,
                 "vs_control": interval_fields(control[1][row]) if row in control[1] else None}
     table["control"] = control[0]
-    atomic_write(out / "table4.json", lambda partial: partial.write_text(json.dumps(table, indent=2) + "\n"))
+    write_text(out / "table4.json", json.dumps(table, indent=2) + "\n")
     if comparisons:
         plot_differences(out / "table4_diff.png", comparisons, baseline, headers, runs_caption(runs))
     print(report)  # after the files: a reader that stops early (`| head`) leaves them written

@@ -8,7 +8,7 @@ from typing import Sequence
 
 import pytorch_lightning as pl
 
-from models.text.records import atomic_write
+from models.text.records import atomic_write, write_text
 from trainer.tables import write_csv
 
 log = logging.getLogger(__name__)
@@ -99,8 +99,7 @@ class ValidationCurve(pl.Callback):
         log.info("%s: %s", self.name, line)
         self.output_dir.mkdir(parents=True, exist_ok=True)
         try:  # records of the curve: a full disk costs them (said once), not the run, whose checkpoints are saved
-            atomic_write(self.output_dir / "val_summary.txt",
-                         lambda partial: partial.write_text(line + "\n", encoding="utf-8"))
+            write_text(self.output_dir / "val_summary.txt", line + "\n")
             self.write_csv(self.output_dir / "val_curve.csv")
             plot_curves({self.output_dir.name: self.points}, self.output_dir / "val_curve.png", self.panels,
                         self.caption)

@@ -17,7 +17,7 @@ from typing import Iterable
 from nltk.tokenize import TreebankWordTokenizer
 from syntok import segmenter
 
-from models.text.records import atomic_write
+from models.text.records import write_text
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
 SPECIALS = (PAD, UNK, BOS, EOS)
@@ -117,7 +117,7 @@ class Vocabulary:
     def save(self, path: str | Path) -> None:
         """Written beside `path`, then renamed over it: a reader never sees half a vocabulary."""
         text = "\n".join(self.itos[len(SPECIALS):]) + "\n"
-        atomic_write(path, lambda partial: partial.write_text(text, encoding="utf-8"))
+        write_text(path, text)
 
     @classmethod
     def load(cls, path: str | Path) -> "Vocabulary":
