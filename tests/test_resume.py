@@ -269,6 +269,13 @@ def test_a_sweep_axis_that_its_folders_do_not_name_is_refused_before_any_point(t
     assert not (tmp_path / "sweep").exists()
     cfg.hydra.overrides.task = ["experiment=demo_grid", "reward=mle,rouge_l", "seed=0,1", "threads=1"]
     RunFolders().on_multirun_start(cfg)  # every point its own folder
+    # an override whose value reads Hydra's config (the length-neutral rows' run names) was resolved here, before
+    # Hydra sets it: the callback warned "HydraConfig was not set" and the sweep ran unchecked and unlocked
+    cfg.hydra.overrides.task = ["experiment=demo_grid", "reward=sms,s_wms",
+                                "run_name=${hydra:runtime.choices.reward}_neutral", "stages.mixed.lr=1e-4,3e-4"]
+    monkeypatch.setattr(HydraConfig.instance(), "cfg", None)
+    with pytest.raises(SystemExit, match=r"the sweep varies stages\.mixed\.lr"):
+        RunFolders().on_multirun_start(cfg)
 
 
 def test_a_second_sweep_into_a_folder_whose_sweep_still_runs_is_refused_before_it_writes(tmp_path, monkeypatch):

@@ -224,7 +224,8 @@ def check_sweep_axes(config: DictConfig) -> None:
     subdir = str(config.hydra.sweep._get_node("subdir")._value())  # as written: `${seed}`, not its value
     if "job.num" in subdir or "override_dirname" in subdir:  # a folder per point whatever varies
         return
-    for override in OverridesParser.create().parse_overrides(list(config.hydra.overrides.task)):
+    written = OmegaConf.to_container(config.hydra.overrides.task, resolve=False)  # `${hydra:...}` in a value: as is
+    for override in OverridesParser.create().parse_overrides(written):
         key = override.key_or_group
         named = f"${{{key}}}" in subdir or (key == "reward" and ("run_name" in subdir or "choices.reward" in subdir))
         if override.is_sweep_override() and not named:
