@@ -105,7 +105,21 @@ def test_sigterm_checkpoints_and_exits_non_zero(tmp_path):
     _, stderr = process.communicate(timeout=TIMEOUT)
     assert process.returncode == 143, stderr[-2000:]
     assert "resume with ckpt_path=" in stderr
-    assert global_step(last) >= 2 and not (run_dir / "results.json").exists()
+    step = global_step(last)
+    assert step >= 2 and not (run_dir / "results.json").exists()
+    # the folder alone resumes, with the settings the run was started with (its TINY data, model and cache)
+    resume = [sys.executable, "-m", "trainer.train", f"ckpt_path={run_dir}"]
+    changed = subprocess.run([*resume, "data.train.n=200", "stages.mle.lr=1e-3"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=TIMEOUT)
+    assert changed.returncode == 1 and changed.stderr.strip().splitlines()[-1] == (
+        "SettingsError: ckpt_path: the run was started with data.train.n=300 (this resume: 200); module.optimizer.lr="
+        "0.003 (this resume: 0.001); optimizer.lr=0.003 (this resume: 0.001): resume with the run's own settings "
+        "(ckpt_path=<its folder> alone resumes with them)")
+    resumed = subprocess.run([*resume, f"trainer.max_steps={step + 2}", "test=false"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=TIMEOUT)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"resuming {run_dir} with the settings it was started with: " in resumed.stderr
+    assert global_step(last) == step + 2
 
 
 @pytest.mark.slow
@@ -130,10 +144,12 @@ def test_resume_keeps_the_best_score_and_the_run_directory(tmp_path):
                                       "test=false"]))
     checkpoints = tmp_path / "mle" / "checkpoints"
     best_before = torch.load(checkpoints / "best.ckpt", map_location="cpu", weights_only=True)
-    with pytest.raises(SettingsError, match=r"started with (module\.)?optimizer\.lr=0\.003, this resume has 0\.0001"):
+    changed = (r"started with module\.optimizer\.lr=0\.003 \(this resume: 0\.0001\); optimizer\.lr=0\.003 \(this "
+               r"resume: 0\.0001\); trainer\.val_check_interval=5")  # every setting it changes, named
+    with pytest.raises(SettingsError, match=changed):
         run(compose_run(tmp_path, "mle", ["reward=mle", "trainer.max_steps=20", "stages.mle.lr=1e-4",
                                           f"ckpt_path={checkpoints / 'last.ckpt'}"]))
-    with pytest.raises(SettingsError, match=r"started with trainer\.gradient_clip_val=2\.0, this resume has 1\.0"):
+    with pytest.raises(SettingsError, match=r"started with trainer\.gradient_clip_val=2\.0 \(this resume: 1\.0\):"):
         run(compose_run(tmp_path, "mle", ["reward=mle", "trainer.max_steps=15", "trainer.val_check_interval=5",
                                           "trainer.gradient_clip_val=1.0", f"ckpt_path={checkpoints / 'last.ckpt'}"]))
     run(compose_run(tmp_path, "mle", ["reward=mle", "trainer.max_steps=15", "trainer.val_check_interval=5",
@@ -456,11 +472,29 @@ def test_submitit_local_launcher_runs_a_sweep_point_per_job(tmp_path):
     assert steps == [2, 3] and len(jobs) == 2
 
 
-def test_first_difference_names_the_changed_setting_and_ignores_settings_added_since():
-    from trainer.train import first_difference
-    saved = {"optimizer": {"lr": 1e-5}, "data": {"name": "demo"}}
-    assert first_difference(saved, {"optimizer": {"lr": 1e-3}, "data": {"name": "demo"}}) == ("optimizer.lr", 1e-5, 1e-3)
-    assert first_difference(saved, {"optimizer": {"lr": 1e-5}, "data": {"name": "demo", "shuffle_seed": 0}}) is None
+def test_differences_name_each_changed_setting_and_ignore_settings_added_since():
+    from trainer.train import differences
+    saved = {"optimizer": {"lr": 1e-5}, "data": {"name": "demo", "n": 3}}
+    assert differences(saved, {"optimizer": {"lr": 1e-3}, "data": {"name": "demo", "n": 4}}) == [
+        ("data.n", 3, 4), ("optimizer.lr", 1e-5, 1e-3)]
+    assert differences(saved, {"optimizer": {"lr": 1e-5}, "data": {"name": "demo", "n": 3, "shuffle_seed": 0}}) == []
+
+
+def test_a_resume_from_the_folder_alone_gets_the_settings_the_run_was_started_with(tmp_path, capsys):
+    from trainer.train import with_saved_settings
+    run_dir = tmp_path / "run"
+    last = f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    assert with_saved_settings([f"ckpt_path={run_dir}"]) == [last]  # a run from before the record: as given
+    (run_dir / "overrides.yaml").write_text("- reward=rouge_l\n- data.train.n=400\n- seed=3\n"
+                                            "- +reward@metrics.r1=rouge_1\n")
+    assert with_saved_settings([f"ckpt_path={run_dir}", "trainer.max_steps=50", "seed=4"]) == [
+        "reward=rouge_l", "data.train.n=400", "+reward@metrics.r1=rouge_1", last, "trainer.max_steps=50", "seed=4"]
+    assert "with the settings it was started with: reward=rouge_l data.train.n=400" in capsys.readouterr().err
+    assert with_saved_settings(["--config-dir", "c", "+reward@metrics.r1=rouge_2", last]) == [
+        "--config-dir", "c", "+reward@metrics.r1=rouge_2", "reward=rouge_l", "data.train.n=400", "seed=3", last]
+    assert with_saved_settings(["-m", f"ckpt_path={run_dir}"]) == ["-m", f"ckpt_path={run_dir}"]
+    assert with_saved_settings(["reward=mle"]) == ["reward=mle"]
 
 
 # ---------------------------------------------------------------- issue 21: moved folders, signals, records

@@ -89,16 +89,13 @@ def run_dir_of(ckpt_path: str) -> Path:
     return Path(ckpt_path).expanduser().resolve().parent.parent
 
 
-def first_difference(saved: Any, current: Any, key: str = "") -> tuple[str, Any, Any] | None:
-    """The first dotted key whose value differs between two plain config trees, or None. Keys the saved tree
+def differences(saved: Any, current: Any, key: str = "") -> list[tuple[str, Any, Any]]:
+    """Every dotted key whose value differs between two plain config trees, in key order. Keys the saved tree
     lacks are settings added to sumrl since that run started: not a change."""
     if isinstance(saved, dict) and isinstance(current, dict):
-        for name in sorted(saved):
-            found = first_difference(saved.get(name), current.get(name), f"{key}.{name}" if key else name)
-            if found:
-                return found
-        return None
-    return None if saved == current else (key, saved, current)
+        return [found for name in sorted(saved)
+                for found in differences(saved.get(name), current.get(name), f"{key}.{name}" if key else name)]
+    return [] if saved == current else [(key, saved, current)]
 
 
 def check_settings(cfg: DictConfig) -> None:
@@ -172,13 +169,6 @@ def check_run_dir(cfg: DictConfig) -> None:
         if run_dir_of(cfg.ckpt_path) != out:
             raise SettingsError(f"ckpt_path {cfg.ckpt_path} resumes the run in {run_dir_of(cfg.ckpt_path)}, but "
                                 f"output_dir is {out}: leave hydra.run.dir / output_dir unset when resuming")
-        if saved.exists():
-            current = OmegaConf.to_container(cfg, resolve=True)
-            old = OmegaConf.to_container(OmegaConf.load(saved))
-            found = first_difference(resumed_settings(old), resumed_settings(current))
-            if found:
-                raise SettingsError(f"ckpt_path: the run was started with {found[0]}={found[1]}, this resume has "
-                                    f"{found[2]}: resume with the run's own settings ({saved})")
     elif not cfg.train and holds_a_run(out):
         raise SettingsError(f"output_dir {out} already holds a run, whose records a test-only run would replace: leave "
                             "hydra.run.dir unset (a folder of its own), or give the test another folder")
@@ -187,6 +177,20 @@ def check_run_dir(cfg: DictConfig) -> None:
         resume = f", or resume it with ckpt_path={last}" if last.exists() else ""
         raise SettingsError(f"output_dir {out} already holds a run: give the run (hydra.run.dir) or the sweep "
                             f"(hydra.sweep.dir) a new folder{resume}")
+
+
+def check_resumed_settings(cfg: DictConfig) -> None:
+    """A resume keeps every setting that changes training (`RESUME_KEYS`): each one this resume changes is named, before
+    any data is read."""
+    saved = Path(cfg.output_dir).expanduser().resolve() / "config.yaml"
+    if not cfg.ckpt_path or run_dir_of(cfg.ckpt_path) != saved.parent or not saved.exists():
+        return
+    changed = differences(resumed_settings(OmegaConf.to_container(OmegaConf.load(saved))),
+                          resumed_settings(OmegaConf.to_container(cfg, resolve=True)))
+    if changed:
+        listed = "; ".join(f"{key}={old} (this resume: {new})" for key, old, new in changed)
+        raise SettingsError(f"ckpt_path: the run was started with {listed}: resume with the run's own settings "
+                            f"(ckpt_path=<its folder> alone resumes with them)")
 
 
 @contextmanager
@@ -402,6 +406,7 @@ def train_and_test(cfg: DictConfig) -> dict:
     last = Path(cfg.output_dir) / "checkpoints" / "last.ckpt"
     if cfg.resume_if_exists and not cfg.ckpt_path and last.exists():  # a requeued cluster job picks up its run
         cfg.ckpt_path = str(last)
+    check_resumed_settings(cfg)
     data, module = build(cfg)  # checks the starting point first: its message names the right setting
     if isinstance(module, SummarizationModule) and module.reward is not None:
         log.info(penalty_note(module.reward, cfg.rl.penalize_repeats))
@@ -420,6 +425,9 @@ def train_and_test(cfg: DictConfig) -> dict:
         logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     if not cfg.ckpt_path:  # a resume keeps the record of how the run was started (and was checked against it)
         write_text(Path(cfg.output_dir) / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+        if HydraConfig.initialized():  # what `ckpt_path=<this folder>` alone resumes with
+            write_text(Path(cfg.output_dir) / STARTED_WITH, OmegaConf.to_yaml(
+                OmegaConf.to_container(HydraConfig.get().overrides.task, resolve=False)))
     if cfg.train:
         if cfg.validate_at_start and cfg.stage == "mixed" and not cfg.ckpt_path:
             # the curve's first point: where RL starts
@@ -448,12 +456,48 @@ def train_and_test(cfg: DictConfig) -> dict:
     return results
 
 
+STARTED_WITH = "overrides.yaml"  # in a run's folder: the command line's settings it was started with
+
+
+def with_saved_settings(args: list[str]) -> list[str]:
+    """A single run's command line with `ckpt_path=<run folder, or a checkpoint in it>`, given the settings the run
+    was started with (`<run>/overrides.yaml`) where its own overrides do not set them: a resume needs no more than
+    the folder. An override that changes a setting of the run is then named by the resume check."""
+    if "-m" in args or "--multirun" in args:
+        return args
+    at = next((i for i in reversed(range(len(args))) if args[i].startswith("ckpt_path=")), None)
+    if at is None or not args[at].split("=", 1)[1]:
+        return args
+    given = Path(args[at].split("=", 1)[1]).expanduser()
+    checkpoint = given / "checkpoints" / "last.ckpt" if given.is_dir() else given
+    record = run_dir_of(str(checkpoint)) / STARTED_WITH
+    if not record.exists():
+        return [*args[:at], f"ckpt_path={checkpoint}", *args[at + 1:]]
+    parser = OverridesParser.create()
+
+    def key(override: str) -> str:
+        parsed = parser.parse_override(override)
+        return f"{parsed.key_or_group}@{parsed.package}" if parsed.package else parsed.key_or_group
+
+    own = {key(a) for a in args if "=" in a and not a.startswith("-")}
+    saved = [o for o in OmegaConf.to_container(OmegaConf.load(record)) if key(o) not in own]
+    if saved:
+        print(f"resuming {record.parent} with the settings it was started with: {' '.join(saved)}", file=sys.stderr)
+    return [*args[:at], *saved, f"ckpt_path={checkpoint}", *args[at + 1:]]
+
+
 @hydra.main(version_base="1.3", config_path="pkg://conf", config_name="train")
-def main(cfg: DictConfig) -> None:
+def train(cfg: DictConfig) -> None:
     try:
         run(cfg)
     except REFUSALS as error:
         raise SystemExit(f"{type(error).__name__}: {error}") from None
+
+
+def main() -> None:
+    """`sumrl-train` and `python -m trainer.train`: Hydra's command line, a resume's settings read from its folder."""
+    sys.argv = [sys.argv[0], *with_saved_settings(sys.argv[1:])]
+    train()
 
 
 if __name__ == "__main__":
