@@ -1,7 +1,11 @@
 import gzip
 import json
+import time
+from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from models.text.batch import Example, collate
 from models.text.records import DataError
@@ -9,6 +13,8 @@ from models.text.vocab import Vocabulary, split_sentences, tokenize_sentences
 from trainer.data import RatioSplit, SummarizationData, tokenize_records
 from trainer.demo import FIRST, DemoCorpus
 from trainer.sources import Fields, HubDataset, LocalFile
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def write_jsonl(path, rows):
@@ -130,6 +136,36 @@ def test_hub_loader_code_path_on_a_local_file(tmp_path):
     records = list(source.records())
     assert [r.id for r in records] == [f"i{i}" for i in range(5)]
     assert records[2].where == "json[train] row 2"
+
+
+def test_an_unreachable_hub_is_one_line_at_once_and_local_files_still_load(tmp_path, monkeypatch):
+    # offline, `datasets` retried each file five times (23 s), printed each warning twice, then a 30-line traceback
+    import datasets
+    from huggingface_hub import constants
+    monkeypatch.setattr("trainer.sources.hub_reachable", lambda timeout=3.0: False)
+    started = time.perf_counter()
+    with pytest.raises(DataError, match=r"^someone/nothing\[train\]: the Hugging Face hub cannot be reached from here "
+                                        r"and no copy is cached, .* read local files: data=local data\.train\.path="):
+        list(HubDataset(path="someone/nothing", name=None, split="train").records())
+    assert time.perf_counter() - started < 10
+    assert (datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE) == (False, False)  # as they were
+    path = write_jsonl(tmp_path / "d.jsonl", [{"id": "i0", "article": "w x .", "highlights": "w"}])
+    assert [r.id for r in HubDataset(path="json", name=None, data_files=str(path)).records()] == ["i0"]
+
+
+@pytest.mark.parametrize("overrides, path, name, article", [
+    (["data=xsum"], "EdinburghNLP/xsum", None, "document"),
+    (["data=hub", "data.train.path=EdinburghNLP/xsum", "data.train.name=null", "data.train.fields.article=document"],
+     "EdinburghNLP/xsum", None, "document"),
+    (["data=cnndm"], "abisee/cnn_dailymail", "3.0.0", "article"),
+])
+def test_a_hub_dataset_is_named_once_and_its_three_splits_follow(overrides, path, name, article):
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        data = compose("train", overrides=overrides).data
+    splits = {s: OmegaConf.to_container(data[s], resolve=True) for s in ("train", "val", "test")}
+    assert {s: (c["path"], c["name"], c["split"], c["fields"]["article"]) for s, c in splits.items()} == {
+        "train": (path, name, "train", article), "val": (path, name, "validation", article),
+        "test": (path, name, "test", article)}
 
 
 def test_tokenizer_ptb_like_and_pretokenized():

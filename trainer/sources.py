@@ -3,9 +3,12 @@ JSONL/CSV/Parquet files, and the embedded demo corpus. Every source yields `Reco
 they came from, so that bad data is reported by file, line and field."""
 from __future__ import annotations
 
+import socket
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Protocol
+from urllib.parse import urlparse
 
 from models.text.records import DataError, csv_rows, jsonl_rows, numbered_lines
 
@@ -71,7 +74,8 @@ def _encodable(value: str, name: str, where: str) -> str:
 class HubDataset:
     """A `datasets.load_dataset` split: the hub's `abisee/cnn_dailymail` (config 3.0.0) by default.
 
-    The same loader reads local files (`path="json", data_files=...`), which is how it is tested offline.
+    The same loader reads local files (`path="json", data_files=...`), which is how it is tested offline. Where the
+    hub cannot be reached, `datasets` reads its cached copy, or the source fails in one line (not after five retries).
     """
 
     def __init__(self, path: str = "abisee/cnn_dailymail", name: str | None = "3.0.0", split: str = "train",
@@ -87,11 +91,48 @@ class HubDataset:
     def records(self) -> Iterator[Record]:
         import datasets  # deferred: importing datasets costs seconds
 
-        data = datasets.load_dataset(self.path, self.name, split=self.split, data_files=self.data_files)
+        with hub_offline_unless_reachable() as offline:
+            try:
+                data = datasets.load_dataset(self.path, self.name, split=self.split, data_files=self.data_files)
+            except (ConnectionError, FileNotFoundError, ValueError) as error:  # what load_dataset raises for these
+                reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+                where = ("the Hugging Face hub cannot be reached from here and no copy is cached, so run once where "
+                         "it can (datasets keeps a copy), or" if offline else f"{reason}: check data.*.path, name and "
+                         "split, or")
+                raise DataError(f"{self}: {where} read local files: data=local data.train.path=<file.jsonl> "
+                                "(docs/GUIDE.md, 'Data')") from None
         if self.limit is not None:
             data = data.select(range(min(self.limit, len(data))))
         for i, row in enumerate(data):
             yield self.fields.record(row, f"{self.path}[{self.split}] row {i}", i)
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the hub's host (HF_ENDPOINT) answers a connection within `timeout` seconds."""
+    from huggingface_hub import constants
+
+    url = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+@contextmanager
+def hub_offline_unless_reachable() -> Iterator[bool]:
+    """`datasets` and `huggingface_hub` in offline mode (cached copies only) while the hub cannot be reached: offline,
+    they fail at once where they would retry each file five times. Yields whether offline mode was set."""
+    import datasets
+    from huggingface_hub import constants
+
+    was = (datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE)
+    offline = was[0] or not hub_reachable()
+    datasets.config.HF_HUB_OFFLINE = constants.HF_HUB_OFFLINE = offline  # both read at each call
+    try:
+        yield offline
+    finally:
+        datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE = was
 
 
 class LocalFile:
