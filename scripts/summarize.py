@@ -2,6 +2,7 @@ r"""Summarize your own articles with a trained model: beam search from a checkpo
 
     sumrl-summarize --checkpoint runs/…/checkpoints/best.ckpt --input articles.jsonl --output summaries.jsonl \
         --beam-size 5 --min-length 35 --block-trigrams --batch-size 32 --device cuda
+    sumrl-summarize --checkpoint <folder sumrl-export wrote> --input articles.txt --output summaries.jsonl
 
 Input: JSONL (an `article` field, `id` optional), CSV (the same columns), or plain text, one article per line (any
 other extension). Each article is raw text, as pasted from the web: lower-cased and split into sentences and PTB
@@ -34,6 +35,7 @@ from scripts.cli import InputError, command, int_at_least, output_file, positive
 from trainer.checkpoints import CheckpointError, checkpoint_info, data_reading, load_weights
 from trainer.data import tokenize_records
 from trainer.evaluate import decoded_summaries
+from trainer.export import exported_info
 from trainer.sources import Fields, Record
 
 SUMMARIZER = f"{PointerGenerator.__module__}.{PointerGenerator.__qualname__}"
@@ -85,8 +87,9 @@ def reading_of(info: dict[str, Any], path: Path) -> dict[str, Any]:
 
 
 def load_summarizer(path: Path, device: torch.device) -> tuple[PointerGenerator, Vocabulary, dict[str, Any]]:
-    """The checkpoint's pointer-generator in eval mode on `device`, its vocabulary and its data's reading."""
-    info = checkpoint_info(path)
+    """The pointer-generator of a checkpoint or of a folder `sumrl-export` wrote, in eval mode on `device`, its
+    vocabulary and its data's reading."""
+    info = exported_info(path) if path.is_dir() else checkpoint_info(path)
     if info.get("stage") not in ("mle", "mixed"):
         raise CheckpointError(f"checkpoint {path} is not a summarizer's (its stage is {info.get('stage')!r})")
     if info.get("model_class", SUMMARIZER) != SUMMARIZER:  # older checkpoints name no class: pointer-generators
@@ -100,7 +103,8 @@ def load_summarizer(path: Path, device: torch.device) -> tuple[PointerGenerator,
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="sumrl-summarize", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", type=Path, required=True, help="a run's checkpoints/best.ckpt (MLE or mixed)")
+    parser.add_argument("--checkpoint", type=Path, required=True,
+                        help="a run's checkpoints/best.ckpt (MLE or mixed), or a folder sumrl-export wrote")
     parser.add_argument("--input", type=Path, required=True, help="articles: .jsonl, .csv, or text, one a line")
     parser.add_argument("--output", type=Path, required=True, help="JSONL: id and summary per article, input order")
     parser.add_argument("--beam-size", type=positive_int, default=5)

@@ -298,6 +298,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_work(tmp_path, c
 
 
 @pytest.mark.parametrize("script,command", [("score", "sumrl-score"), ("correlate", "sumrl-correlate"),
+                                            ("export", "sumrl-export"),
                                             ("table4", "sumrl-table4")])
 def test_each_command_names_itself_in_its_help(script, command, capsys):
     with pytest.raises(SystemExit):

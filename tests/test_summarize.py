@@ -113,3 +113,35 @@ def test_a_checkpoint_that_is_not_a_summarizers_is_refused_in_one_line(tmp_path,
         with pytest.raises(SystemExit) as stopped:
             summarize.cli()
         assert said in str(stopped.value.code) and "\n" not in str(stopped.value.code)
+
+
+def test_an_exported_folder_summarizes_as_its_checkpoint_and_carries_a_hub_model_card(tmp_path, capsys, monkeypatch):
+    """sumrl-export: weights, config, vocabulary and a model card that huggingface_hub reads; sumrl-summarize decodes
+    the folder as it decodes the checkpoint; a second export into it, or a damaged folder, is one line."""
+    from huggingface_hub import ModelCard
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    write_checkpoint(tmp_path / "run" / "checkpoints" / "best.ckpt", pretokenized=False)
+    (tmp_path / "run" / "results.json").write_text(json.dumps({"n": 3, "rougeL": 12.5, "greedy": {"rougeL": 1.0}}))
+    load_script("export").main([str(tmp_path / "run"), str(tmp_path / "exported")])
+    assert "exported" in capsys.readouterr().out
+    assert sorted(p.name for p in (tmp_path / "exported").iterdir()) == sorted(
+        ["model.safetensors", "config.json", "vocab.txt", "README.md"])
+    assert (tmp_path / "exported" / "vocab.txt").read_text().split("\n")[:-1] == Vocabulary(WORDS).itos
+    card = ModelCard.load(tmp_path / "exported" / "README.md")
+    assert card.data.library_name == "sumrl" and card.data.pipeline_tag == "summarization"
+    assert "| rougeL | 12.50 |" in card.text
+    (tmp_path / "news.txt").write_text("".join(f"{a}\n" for a in ARTICLES["raw"]))
+    for source in ("run/checkpoints/best.ckpt", "exported"):
+        load_script("summarize").main(["--checkpoint", str(tmp_path / source), "--input", str(tmp_path / "news.txt"),
+                                       "--output", str(tmp_path / f"{source.replace('/', '_')}.jsonl"),
+                                       "--beam-size", "3", "--min-length", str(MIN_LEN), "--block-trigrams"])
+    assert ((tmp_path / "exported.jsonl").read_text() ==
+            (tmp_path / "run_checkpoints_best.ckpt.jsonl").read_text())
+    monkeypatch.setattr(sys, "argv", ["sumrl-export", str(tmp_path / "run"), str(tmp_path / "exported")])
+    with pytest.raises(SystemExit, match=r"exists: give a new folder, or --force to replace it$"):
+        load_script("export").cli()
+    (tmp_path / "exported" / "model.safetensors").write_bytes(b"not weights")
+    monkeypatch.setattr(sys, "argv", ["sumrl-summarize", "--checkpoint", str(tmp_path / "exported"), "--input",
+                                      str(tmp_path / "news.txt"), "--output", str(tmp_path / "x.jsonl")])
+    with pytest.raises(SystemExit, match=r"exported: cannot read its files \(SafetensorError"):
+        load_script("summarize").cli()
