@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import inspect
 import json
 import logging
 import os
@@ -185,8 +186,12 @@ def check_resumed_settings(cfg: DictConfig) -> None:
     saved = Path(cfg.output_dir).expanduser().resolve() / "config.yaml"
     if not cfg.ckpt_path or run_dir_of(cfg.ckpt_path) != saved.parent or not saved.exists():
         return
-    changed = differences(resumed_settings(OmegaConf.to_container(OmegaConf.load(saved))),
-                          resumed_settings(OmegaConf.to_container(cfg, resolve=True)))
+    started, current = OmegaConf.to_container(OmegaConf.load(saved)), OmegaConf.to_container(cfg, resolve=True)
+    # a trainer setting the run did not give was Lightning's default: `+trainer.<key>=...` now changes it
+    lightning = inspect.signature(pl.Trainer.__init__).parameters
+    started["trainer"] = {**{key: lightning[key].default for key in current.get("trainer", {})
+                             if key in lightning and key not in started.get("trainer", {})}, **started.get("trainer", {})}
+    changed = differences(resumed_settings(started), resumed_settings(current))
     if changed:
         listed = "; ".join(f"{key}={old} (this resume: {new})" for key, old, new in changed)
         raise SettingsError(f"ckpt_path: the run was started with {listed}: resume with the run's own settings "
