@@ -151,7 +151,8 @@ def test_resume_keeps_the_best_score_and_the_run_directory(tmp_path):
                                           f"ckpt_path={checkpoints / 'last.ckpt'}"]))
     with pytest.raises(SettingsError, match=r"started with trainer\.accumulate_grad_batches=1 \(this resume: 2\):"):
         run(compose_run(tmp_path, "mle", ["reward=mle", "trainer.max_steps=15", "trainer.val_check_interval=5",
-                                          "+trainer.accumulate_grad_batches=2", f"ckpt_path={checkpoints / 'last.ckpt'}"]))
+                                          "+trainer.accumulate_grad_batches=2",
+                                          f"ckpt_path={checkpoints / 'last.ckpt'}"]))
     with pytest.raises(SettingsError, match=r"started with trainer\.gradient_clip_val=2\.0 \(this resume: 1\.0\):"):
         run(compose_run(tmp_path, "mle", ["reward=mle", "trainer.max_steps=15", "trainer.val_check_interval=5",
                                           "trainer.gradient_clip_val=1.0", f"ckpt_path={checkpoints / 'last.ckpt'}"]))

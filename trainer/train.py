@@ -189,8 +189,9 @@ def check_resumed_settings(cfg: DictConfig) -> None:
     started, current = OmegaConf.to_container(OmegaConf.load(saved)), OmegaConf.to_container(cfg, resolve=True)
     # a trainer setting the run did not give was Lightning's default: `+trainer.<key>=...` now changes it
     lightning = inspect.signature(pl.Trainer.__init__).parameters
+    given = started.get("trainer", {})
     started["trainer"] = {**{key: lightning[key].default for key in current.get("trainer", {})
-                             if key in lightning and key not in started.get("trainer", {})}, **started.get("trainer", {})}
+                             if key in lightning and key not in given}, **given}
     changed = differences(resumed_settings(started), resumed_settings(current))
     if changed:
         listed = "; ".join(f"{key}={old} (this resume: {new})" for key, old, new in changed)
