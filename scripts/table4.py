@@ -45,6 +45,7 @@ from trainer.callbacks import plot_curves  # noqa: E402
 from trainer.checkpoints import SELECTOR_STAGE  # noqa: E402
 from trainer.evaluate import (ROWS, SHAPE_KEYS, columns, evaluate, mean_shape, results_table,  # noqa: E402
                               summary_shape, table_record)
+from trainer.loggers import log_report, sweep_group  # noqa: E402
 from trainer.significance import Interval, paired_bootstrap, paired_differences, pooled_bootstrap  # noqa: E402
 from trainer.tables import markdown_table, write_csv  # noqa: E402
 from trainer.train import SettingsError, check_writable  # noqa: E402
@@ -652,6 +653,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int_at_least(0), default=0,
                         help="seed of the bootstrap's resampling (and of the "
                                                              "examples' tie-break)")
+    parser.add_argument("--wandb", action="store_true",
+                        help="also log the tables and figures to wandb, as a run in the sweep's group (offline unless "
+                             "credentials are found)")
     parser.add_argument("--examples", type=int_at_least(0), default=0, metavar="N",
                         help="show N test articles' reference and every row's summary with its own metric's score: "
                              "those whose own metrics vary most across the rows")
@@ -744,6 +748,9 @@ def main(argv: list[str] | None = None) -> None:
     write_text(out / "table4.json", json.dumps(table, indent=2) + "\n")
     if comparisons:
         plot_differences(out / "table4_diff.png", comparisons, baseline, headers, runs_caption(runs))
+    if args.wandb:
+        log_report(out, sweep_group(out), {"table4": out / "table4.csv"},
+                   {"table4_diff": out / "table4_diff.png", "validation_curves": out / "val_curves.png"})
     print(report)  # after the files: a reader that stops early (`| head`) leaves them written
 
 

@@ -7,10 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import matplotlib
 import pytest
 from omegaconf import OmegaConf
 
-from trainer.loggers import WandbUnreachable, has_wandb_credentials, wandb_logger
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from trainer.loggers import WandbUnreachable, has_wandb_credentials, wandb_logger  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -98,6 +102,7 @@ def test_a_sweep_gives_each_job_its_own_finished_wandb_run(no_credentials):
         cwd=ROOT, capture_output=True, text=True, env={**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
     assert "already in progress" not in result.stdout + result.stderr
+    assert "anonymous setting" not in result.stdout + result.stderr  # wandb's warning at every job's start
     ids = {}
     for reward, steps in (("mle", {2, 4}), ("rouge_l", {0, 2, 4})):
         job = sweep / "seed_0" / reward
@@ -106,7 +111,7 @@ def test_a_sweep_gives_each_job_its_own_finished_wandb_run(no_credentials):
         assert folder.name.endswith(ids[reward])
         records = wandb_records(folder)
         (run,) = of_kind(records, "run")
-        assert (run.run_id, run.run_group, run.job_type) == (ids[reward], str(sweep), reward)
+        assert (run.run_id, run.run_group, run.job_type) == (ids[reward], "sweep", reward)  # the sweep's name
         assert list(run.tags) == [f"reward={reward}", "seed=0"]
         config = {item.key: json.loads(item.value_json) for c in [run.config, *of_kind(records, "config")]
                   for item in c.update}
@@ -117,4 +122,21 @@ def test_a_sweep_gives_each_job_its_own_finished_wandb_run(no_credentials):
                   for p in (folder / "files" / "media" / "table" / "samples").glob("step_*.table.json")}
         assert set(tables) == steps  # its own validations' sample tables, no other job's
         assert all(("sample_reward" in t["columns"]) == (reward != "mle") for t in tables.values())
+        assert [p.name.split("_")[:2] for p in (folder / "files" / "media" / "images").glob("*.png")] == [
+            ["val", "curve"]]  # the run's validation curve, drawn
     assert ids["mle"] != ids["rouge_l"]
+
+
+def test_a_report_is_logged_as_a_run_in_its_sweeps_group_with_its_tables_and_figures(no_credentials):
+    from trainer.loggers import log_report, sweep_group
+    assert sweep_group("/x/multirun/demo_grid/2026-12-02_13-45-54") == "demo_grid/2026-12-02_13-45-54"
+    assert sweep_group("/work/runs/news55") == "news55"
+    (no_credentials / "t.csv").write_text("model,rougeL\nMLE,52.3\nMixed w/ ROUGE-L,71.7\n")
+    plt.figure().savefig(no_credentials / "f.png")
+    folder = log_report(no_credentials, "news55", {"table4": no_credentials / "t.csv"},
+                        {"table4_diff": no_credentials / "f.png", "missing": no_credentials / "none.png"})
+    (run,) = of_kind(wandb_records(folder), "run")
+    assert (run.run_group, run.job_type) == ("news55", "report")
+    (table,) = (folder / "files" / "media" / "table").glob("table4_*.table.json")
+    assert json.loads(table.read_text())["data"] == [["MLE", 52.3], ["Mixed w/ ROUGE-L", 71.7]]
+    assert [p.name.split("_")[0] for p in (folder / "files" / "media" / "images").glob("*.png")] == ["table4"]

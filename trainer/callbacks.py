@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Sequence
 
 import pytorch_lightning as pl
+from pytorch_lightning.loggers import WandbLogger
 
 from models.text.records import atomic_write, write_text
 from trainer.tables import write_csv
@@ -106,6 +107,10 @@ class ValidationCurve(pl.Callback):
         except OSError as error:
             log.warning("could not write the validation curve's files in %s (%s): the curve is in the run's logs/",
                         self.output_dir, error.strerror or error)
+            return
+        for logger in trainer.loggers:  # the figure beside the run's own curves
+            if isinstance(logger, WandbLogger):
+                logger.log_image("val_curve", [str(self.output_dir / "val_curve.png")])
 
     def write_csv(self, path: Path) -> None:
         keys = ["step", "seconds"] + sorted({k for p in self.points for k in p} - {"step", "seconds"})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import netrc
 import os
+import re
 import sys
 import uuid
 from pathlib import Path
@@ -29,16 +30,26 @@ def has_wandb_credentials() -> bool:
         return False
 
 
-def sweep_folder() -> str | None:
-    """The folder of the sweep this job belongs to (its wandb group), or None outside a multirun."""
+TIME_STAMP = re.compile(r"\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}")  # Hydra's default sweep folder's name
+
+
+def sweep_group(folder: str | Path) -> str:
+    """A sweep's name, its runs' wandb group: its folder's name, after its experiment's where the name is Hydra's time
+    stamp (`demo_grid/2026-12-02_13-45-54`)."""
+    folder = Path(folder)
+    return f"{folder.parent.name}/{folder.name}" if TIME_STAMP.fullmatch(folder.name) else folder.name
+
+
+def sweep_of_this_job() -> str | None:
+    """The wandb group of the sweep this job belongs to, or None outside a multirun."""
     if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
-        return str(HydraConfig.get().sweep.dir)
+        return sweep_group(HydraConfig.get().sweep.dir)
     return None
 
 
 def wandb_logger(project: str = "sumrl", save_dir: str = ".", offline: bool | None = None, **kwargs) -> WandbLogger:
     """A WandbLogger that runs offline (sync later with `wandb sync`) when no credentials are found; in a sweep its
-    run is grouped under the sweep's folder. The other `kwargs` go to `wandb.init` (name, job_type, tags...)."""
+    run is grouped under the sweep's name. The other `kwargs` go to `wandb.init` (name, job_type, tags...)."""
     os.environ.setdefault("WANDB_SILENT", "true")
     os.environ.setdefault("WANDB_CONSOLE", "off")
     offline = not has_wandb_credentials() if offline is None else offline
@@ -46,7 +57,8 @@ def wandb_logger(project: str = "sumrl", save_dir: str = ".", offline: bool | No
         os.environ["WANDB_MODE"] = "offline"  # never prompt for a login
     os.environ.setdefault("WANDB_INIT_TIMEOUT", "20")  # wandb's own 90 s, then a traceback, without a network
     logger = WandbLogger(project=project, save_dir=save_dir, offline=offline, id=run_id(save_dir), resume="allow",
-                         **{"group": sweep_folder(), **kwargs})
+                         **{"group": sweep_of_this_job(), **kwargs})
+    logger._wandb_init.pop("anonymous", None)  # Lightning passes None, which wandb >= 0.19 warns about at each start
     if not offline:
         try:
             logger.experiment  # wandb.init: an unreachable server is named now, before any work, not mid-run
@@ -56,6 +68,22 @@ def wandb_logger(project: str = "sumrl", save_dir: str = ".", offline: bool | No
                                    "offline with WANDB_MODE=offline (and `wandb sync` later), or use logger=csv"
                                    ) from None
     return logger
+
+
+def log_report(folder: Path, group: str, tables: dict[str, Path], images: dict[str, Path],
+               project: str = "sumrl") -> Path:
+    """A report's tables (CSV files) and figures as one wandb run of job type "report" in the sweep's group, beside its
+    runs; offline (in `folder`/wandb, for `wandb sync`) unless credentials are found. Returns the run's folder."""
+    import pandas
+    import wandb
+
+    run = wandb.init(project=project, group=group, job_type="report", name=f"table4 {group}", dir=str(folder),
+                     mode="offline" if not has_wandb_credentials() else None,
+                     settings=wandb.Settings(silent=True, console="off"))
+    run.log({**{name: wandb.Table(dataframe=pandas.read_csv(path)) for name, path in tables.items()},
+             **{name: wandb.Image(str(path)) for name, path in images.items() if path.exists()}})
+    run.finish()
+    return Path(run.dir).parent
 
 
 class WandbUnreachable(ConnectionError):
