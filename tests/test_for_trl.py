@@ -37,3 +37,38 @@ def test_trl_reward_follows_trls_reward_function_convention():
     with pytest.raises(KeyError, match="needs a 'reference' column"):
         reward(completions=SUMMARIES, summary=REFERENCES)
     assert TRLReward("rouge_l", reference="summary")(completions=SUMMARIES, summary=REFERENCES) == plain
+
+
+def test_grpo_trains_a_tiny_language_model_on_a_sumrl_reward(tmp_path):
+    """The GUIDE's example, run: TRL's GRPOTrainer calls the reward on its completions and logs what it returned (a
+    tiny GPT-2 built from a config and a word-level tokenizer: no download). Skipped where TRL is not installed."""
+    trl = pytest.importorskip("trl")
+    from datasets import Dataset
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    words = ["<pad>", "<eos>", "<unk>", *"the cat sat on a mat dog barked at night it slept . summarize :".split()]
+    tokens = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tokens.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tokens, pad_token="<pad>", eos_token="<eos>",
+                                        unk_token="<unk>")
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(words), n_positions=64, n_embd=16, n_layer=1, n_head=2,
+                                       pad_token_id=0, eos_token_id=1, bos_token_id=1))
+    dataset = Dataset.from_dict({"prompt": ["summarize : the cat sat on a mat ."] * 4,
+                                 "reference": ["the cat sat on a mat ."] * 4})
+    returned = []
+
+    class Recorded(TRLReward):
+        def __call__(self, completions, **columns):
+            returned.append(super().__call__(completions, **columns))
+            return returned[-1]
+
+    args = trl.GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2,
+                          max_completion_length=8, max_steps=2, learning_rate=1e-3, logging_steps=1, report_to=[],
+                          use_cpu=True, save_strategy="no", beta=0.0)
+    trainer = trl.GRPOTrainer(model=model, reward_funcs=[Recorded("rouge_l")], args=args, train_dataset=dataset,
+                              processing_class=tokenizer)
+    trainer.train()
+    logged = [h["rewards/rouge_l/mean"] for h in trainer.state.log_history if "rewards/rouge_l/mean" in h]
+    assert len(returned) == len(logged) == 2 and all(len(r) == 4 for r in returned)
+    assert logged == pytest.approx([sum(r) / len(r) for r in returned], abs=1e-6)
