@@ -228,7 +228,7 @@ def test_a_training_script_reports_a_model_it_cannot_load_in_one_line(tmp_path, 
     held_out = []  # train_ls_score's held-out ids default to ../shared/data's list, which the tests do without
     if script == "train_ls_score":
         (tmp_path / "held_out.tsv").write_text("id\n")
-        held_out = ["--held-out", str(tmp_path / "held_out.tsv")]
+        held_out = ["--held-out", str(tmp_path / "held_out.tsv"), "--select-by", "accuracy"]  # no shared dev sets
     monkeypatch.setattr(sys, "argv", [script, "--data", "data=demo", "data.train.n=40", "--minutes", "0", *held_out,
                                       "--base" if script == "train_cloze_qa" else "--encoder", missing])
     with pytest.raises(SystemExit) as exit:
