@@ -318,3 +318,12 @@ def test_a_test_source_that_shares_articles_with_training_is_refused(tmp_path, t
     with pytest.raises(DataError, match=rf"split 'test' \(.*test.jsonl\) shares 1 articles with split 'train' "
                                         rf"\(.*train.jsonl\), {shared}"):
         data.setup()
+
+
+def test_a_test_source_beside_a_ratio_split_is_refused_not_ignored(tmp_path):
+    # data=local has a ratio split: `+data.test=...` trained and tested on the split's own test part, exit 0
+    train = write_jsonl(tmp_path / "train.jsonl", [{"id": f"a{i}", "article": "a b .", "summary": "a ."}
+                                                   for i in range(20)])
+    with pytest.raises(ValueError, match=r"^data\.test would be ignored: data\.split divides data\.train .* give "
+                                         r"data\.split=null"):
+        SummarizationData(train=LocalFile(str(train)), test=LocalFile(str(train)), split=RatioSplit(0.8, 0.1, 0.1))

@@ -232,6 +232,10 @@ class SummarizationData(pl.LightningDataModule):
         super().__init__()
         if split is None and (val is None or test is None):
             raise ValueError("data: give `val` and `test` sources, or a `split` of the train source")
+        if split is not None and (val is not None or test is not None):  # the split would leave them unread
+            given = " and ".join(f"data.{name}" for name, source in (("val", val), ("test", test)) if source is not None)
+            raise ValueError(f"{given} would be ignored: data.split divides data.train into train, val and test; give "
+                             "data.split=null to read val and test from sources of their own (both)")
         for setting, value in {"max_source_len": max_source_len, "max_target_len": max_target_len,
                                "batch_size": batch_size, "eval_batch_size": eval_batch_size,
                                "val_sample_size": val_sample_size, "test_size": test_size}.items():
