@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import errno
+import shutil
 import os
 import random
 import signal
@@ -48,9 +49,26 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(path, lambda partial: torch.save(checkpoint, partial))
         except (OSError, RuntimeError) as error:  # torch reports an unwritable file as a RuntimeError, without a path
-            full = isinstance(error, OSError) and error.errno == errno.ENOSPC
-            hint = f"the disk holding {path.parent} is full" if full else f"is {path.parent} writable?"
+            free, needed = shutil.disk_usage(path.parent).free, tensor_bytes(checkpoint)
+            # torch's zip writer reports a full disk without its errno ("unexpected pos"): ask the disk, allowing for
+            # the archive's own records and the run's other files
+            if isinstance(error, OSError) and error.errno == errno.ENOSPC or free < needed * 1.25 + (1 << 20):
+                hint = (f"the disk holding {path.parent} is full: {free >> 10:,} KiB free, the checkpoint needs about "
+                        f"{max(needed >> 20, 1):,} MiB")
+            else:
+                hint = f"is {path.parent} writable?"
             raise CheckpointError(f"cannot write checkpoint {path}: {str(error).splitlines()[0]} ({hint})") from None
+
+
+def tensor_bytes(tree: Any) -> int:
+    """The bytes of the tensors in a checkpoint's nested dicts and lists: about what torch.save writes."""
+    if isinstance(tree, torch.Tensor):
+        return tree.numel() * tree.element_size()
+    if isinstance(tree, dict):
+        return sum(tensor_bytes(value) for value in tree.values())
+    if isinstance(tree, (list, tuple)):
+        return sum(tensor_bytes(value) for value in tree)
+    return 0
 
 
 class BestCheckpoint(ModelCheckpoint):
