@@ -24,3 +24,16 @@ def test_an_installed_module_is_returned_and_a_broken_one_is_not_blamed_on_the_e
     with pytest.raises(ModuleNotFoundError) as error:  # a submodule missing from an installed package
         optional("json.nonexistent_part", "qa")
     assert "sumrl[" not in str(error.value)
+
+
+def test_a_command_that_needs_a_missing_extra_ends_in_one_line(monkeypatch, capsys):
+    # train_ls_score.py without the qa extra ended in a ModuleNotFoundError traceback whose message was right
+    import importlib
+    script = importlib.import_module("scripts.train_ls_score")
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    monkeypatch.setattr(sys, "argv", ["train_ls_score.py", "--select-by", "accuracy", "--minutes", "0",
+                                      "--data", "data=demo", "data.train.n=40", "--held-out", "/dev/null"])
+    with pytest.raises(SystemExit) as exit:
+        script.cli()
+    assert str(exit.value.code) == ("error: transformers is not installed; this feature needs it: pip install "
+                                    "'sumrl[qa]'")

@@ -29,6 +29,7 @@ from pytorch_lightning.utilities import rank_zero_only
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from models.summarizer import HoldsTrainedParts
+from models.text.extras import MissingExtra
 from models.text.records import DataError, write_text
 from rewards.base import NotAReward
 from rewards.configs import ConfigRefused, RewardConfigError, instantiate_or_refuse
@@ -82,7 +83,7 @@ class SettingsError(ValueError):
 # What sumrl-train ends with as one line (status 1) instead of a traceback: settings, data, configs and checkpoints
 # that cannot serve, and a run stopped by non-finite losses. Anything else is a defect, and keeps its traceback.
 REFUSALS = (SettingsError, CheckpointError, DataError, RewardConfigError, ConfigRefused, PretrainedNotFound, NotAReward,
-            FloatingPointError)
+            FloatingPointError, MissingExtra)
 
 
 def run_dir_of(ckpt_path: str) -> Path:

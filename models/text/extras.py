@@ -6,6 +6,10 @@ import importlib
 from types import ModuleType
 
 
+class MissingExtra(ModuleNotFoundError):
+    """A dependency of an extra of sumrl that is not installed: the commands say so in one line."""
+
+
 def optional(module: str, extra: str) -> ModuleType:
     """Import a dependency that only some features need, or say which extra of sumrl installs it."""
     try:
@@ -13,5 +17,5 @@ def optional(module: str, extra: str) -> ModuleType:
     except ModuleNotFoundError as error:
         if error.name != module.split(".")[0]:
             raise
-        raise ModuleNotFoundError(f"{module} is not installed; this feature needs it: pip install 'sumrl[{extra}]'",
-                                  name=error.name) from None
+        raise MissingExtra(f"{module} is not installed; this feature needs it: pip install 'sumrl[{extra}]'",
+                           name=error.name) from None
