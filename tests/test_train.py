@@ -271,3 +271,15 @@ def test_a_sweep_stops_at_its_first_failed_point(tmp_path):
     assert done.returncode != 0 and "trainer.max_steps=0 trains nothing" in done.stderr
     assert "Traceback" not in done.stderr and done.stderr.strip().splitlines()[-1].startswith("SettingsError: ")
     assert not (sweep / "seed_0" / "rouge_l").exists()
+
+
+def test_the_progress_bar_counts_the_stages_steps_across_epochs_and_a_resume(tmp_path, capfd):
+    # Lightning's bar counted each epoch's batches: "20/?" after a resume, never the stage's steps
+    steps = ["reward=mle", "data.train.n=100", "trainer.val_check_interval=6", "test=false"]  # 6 batches an epoch
+    run(compose_run(tmp_path, "run", [*steps, "trainer.max_steps=9"]))
+    shown = capfd.readouterr().out.replace("\r", "\n")  # Lightning's bars write to stdout
+    assert re.search(r"^step: 100%\|.*\| 9/9 ", shown, re.M) and not re.search(r"^Epoch", shown, re.M)
+    run(compose_run(tmp_path, "run", [*steps, "trainer.max_steps=12",
+                                      f"ckpt_path={tmp_path / 'run' / 'checkpoints' / 'last.ckpt'}"]))
+    shown = capfd.readouterr().out.replace("\r", "\n")
+    assert re.search(r"^step:  75%\|.*\| 9/12 ", shown, re.M) and re.search(r"^step: 100%\|.*\| 12/12 ", shown, re.M)

@@ -4,9 +4,10 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import pytorch_lightning as pl
+from pytorch_lightning.callbacks import TQDMProgressBar
 from pytorch_lightning.loggers import WandbLogger
 
 from models.text.records import atomic_write, write_text
@@ -185,3 +186,35 @@ class StopWhenDecodesEnd(pl.Callback):
             trainer.should_stop, self.ended_at = True, trainer.global_step
             log.info("step %d: greedy decodes repeat %.3g of their trigrams, below %g: the stage ends",
                      trainer.global_step, float(repeats), self.repeats_below)
+
+
+class StepProgressBar(TQDMProgressBar):
+    """Lightning's bar, counting optimizer steps toward the stage's `trainer.max_steps` across epochs and resumes
+    ("step 120/2500"), where Lightning counts each epoch's batches ("20/?" after a resume). A run without a step
+    limit keeps Lightning's epoch bar."""
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, *args: Any) -> None:
+        if trainer.max_steps <= 0:
+            return super().on_train_epoch_start(trainer, *args)
+        if self._leave:
+            self.train_progress_bar = self.init_train_tqdm()
+        bar = self.train_progress_bar
+        bar.set_description("step", refresh=False)
+        bar.reset(total=trainer.max_steps)
+        bar.initial = bar.n = trainer.global_step  # its rate counts this start's steps only
+        bar.refresh()
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        if trainer.max_steps <= 0:
+            return super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        if self._should_update(trainer.global_step, trainer.max_steps):
+            self.train_progress_bar.set_postfix(self.get_metrics(trainer, pl_module), refresh=False)
+            show(self.train_progress_bar, trainer.global_step)
+
+
+def show(bar: Any, steps: int) -> None:
+    """A tqdm bar at `steps` done."""
+    if not bar.disable:
+        bar.n = steps
+        bar.refresh()
