@@ -24,9 +24,11 @@ sys.path.insert(0, str(REPO))
 
 from models.text.records import csv_rows, write_text  # noqa: E402
 from scripts.cli import add_config_dir_argument, compose_rewards  # noqa: E402
-from scripts.table4 import LEVEL, Run, find_runs, format_interval, score_run  # noqa: E402
+from evaluation.comparisons import LEVEL, format_interval  # noqa: E402
+from evaluation.runs import Run, find_runs  # noqa: E402
+from evaluation.scoring import score_run  # noqa: E402
 from trainer.evaluate import TEST_ROUGE  # noqa: E402
-from trainer.significance import paired_bootstrap, paired_differences, pooled_bootstrap  # noqa: E402
+from evaluation.significance import paired_bootstrap, paired_differences, pooled_bootstrap  # noqa: E402
 from trainer.tables import markdown_table  # noqa: E402
 
 

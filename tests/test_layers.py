@@ -1,4 +1,5 @@
-"""Imports run one way, down the floors of the design card: models/text < models, rewards < trainer < scripts."""
+"""Imports run one way, down the floors of the design card: models/text < models, rewards < trainer < evaluation <
+scripts."""
 import ast
 from pathlib import Path
 
@@ -12,9 +13,10 @@ ALLOWED = {
     "models": ("models",),
     "rewards": ("rewards", "models.text"),
     "trainer": ("trainer", "models", "rewards"),
-    "scripts": ("scripts", "trainer", "models", "rewards", "conf"),
+    "evaluation": ("evaluation", "trainer", "models", "rewards"),
+    "scripts": ("scripts", "evaluation", "trainer", "models", "rewards", "conf"),
 }
-OURS = ("models", "rewards", "trainer", "scripts", "conf")
+OURS = ("models", "rewards", "trainer", "evaluation", "scripts", "conf")
 
 
 def within(name: str, prefix: str) -> bool:
@@ -48,7 +50,7 @@ def upward_imports(source: str, module: str) -> list[str]:
 
 def modules() -> list[tuple[str, Path]]:
     return [(".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"), path)
-            for top in ("models", "rewards", "trainer", "scripts") for path in sorted((ROOT / top).rglob("*.py"))]
+            for top in ("models", "rewards", "trainer", "evaluation", "scripts") for path in sorted((ROOT / top).rglob("*.py"))]
 
 
 @pytest.mark.parametrize("module,path", modules(), ids=[m for m, _ in modules()])

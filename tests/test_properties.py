@@ -156,20 +156,20 @@ SUMMARY_LINES = st.one_of(
 @READS
 @given(lines=st.lists(SUMMARY_LINES, max_size=5))
 def test_table4_reads_any_summaries_file_as_written_or_names_its_bad_line(tmp_path, lines):
-    from test_scripts import load_script
-    table4 = load_script("table4")
+    from evaluation.runs import Run, read_summaries
+    from evaluation.scoring import score_run
     path = tmp_path / "summaries.jsonl"
     content = b"\n".join(lines)
     path.write_bytes(content)
     try:
-        rows = table4.read_summaries(tmp_path)
+        rows = read_summaries(tmp_path)
     except DataError as error:
         assert_one_line_naming(error, path)
         return
     written = [json.loads(line) for line in content.decode().split("\n") if line.strip()]
     assert rows == [{key: row[key] for key in ("id", "summary", "reference", "scores")} for row in written]
     try:  # scored as table4 scores it: its means, or a refusal of repeated ids
-        means, _ = table4.score_run(table4.Run(tmp_path, "run", "row"), {})
+        means, _ = score_run(Run(tmp_path, "run", "row"), {})
     except SystemExit as stop:
         assert str(stop.code).startswith(f"table4: {path} repeats article ids"), stop.code
         return
@@ -181,12 +181,11 @@ def test_table4_reads_any_summaries_file_as_written_or_names_its_bad_line(tmp_pa
                                                                "table: 5", "{", ": :", "train: false"]), max_size=4
                                             ).map("\n".join))
 def test_table4_reads_any_config_yaml_or_names_it(tmp_path, text):
-    from test_scripts import load_script
+    from evaluation.runs import Run
     (tmp_path / "config.yaml").write_text(text, encoding="utf-8")
-    table4 = load_script("table4")
     try:
-        run = table4.Run.read(tmp_path)
+        run = Run.read(tmp_path)
     except DataError as error:
         assert_one_line_naming(error, tmp_path / "config.yaml")
         return
-    assert isinstance(run, table4.Run) and run.path == tmp_path
+    assert isinstance(run, Run) and run.path == tmp_path

@@ -164,14 +164,14 @@ def test_samples_stay_across_a_resume_and_data_orders_and_leave_training_alone(t
 # ---------------------------------------------------------------- table4 --examples
 
 def test_examples_are_the_largest_spread_with_seeded_ties():
-    table4 = load_script("table4")
+    from evaluation.reports import choose_examples
     scores = {"A": {"a": {"m": 10}, "b": {"m": 20}, "c": {"m": 30}},
               "B": {"a": {"m": 10}, "b": {"m": 50}, "c": {"m": 35}}}
-    assert table4.choose_examples(scores, ["m"], 3, seed=0) == ["b", "c", "a"]  # spreads 30, 5, 0
+    assert choose_examples(scores, ["m"], 3, seed=0) == ["b", "c", "a"]  # spreads 30, 5, 0
     tied = {row: {f"t{i:02d}": {"m": float(row == "A")} for i in range(40)} for row in "AB"}
-    first = table4.choose_examples(tied, ["m"], 2, seed=0)
-    assert table4.choose_examples(tied, ["m"], 2, seed=0) == first
-    assert table4.choose_examples(tied, ["m"], 2, seed=1) != first
+    first = choose_examples(tied, ["m"], 2, seed=0)
+    assert choose_examples(tied, ["m"], 2, seed=0) == first
+    assert choose_examples(tied, ["m"], 2, seed=1) != first
 
 
 def write_run(folder: Path, name: str, run_id: str, lineage: list[str], summaries: dict[str, str]) -> Path:

@@ -1,4 +1,4 @@
-"""trainer/significance.py (paired bootstrap intervals) against hand-computed cases and scipy, and
+"""evaluation/significance.py (paired bootstrap intervals) against hand-computed cases and scipy, and
 scripts/table4.py's difference-from-MLE table on hand-made run directories."""
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from rewards.mover import SentenceMoverSimilarity, SentenceWordMoverSimilarity, 
 from rewards.rouge import RougeL
 from test_scripts import load_script, write_jsonl
 from rewards.length import LengthOnly
-from trainer.significance import (Interval, at_equal_length, paired_bootstrap, paired_differences,
+from evaluation.significance import (Interval, at_equal_length, paired_bootstrap, paired_differences,
                                      pooled_bootstrap)
 
 
@@ -565,7 +565,7 @@ def scoring_is_not_reached(*args, **kwargs):
 def test_table4_names_the_flag_of_a_bad_value_before_any_scoring(grid, tmp_path, monkeypatch, capsys, flags, message):
     # tracebacks, messages without the flag, or (a misspelt --baseline) exit 0 with no intervals
     table4 = load_script("table4")
-    monkeypatch.setattr(table4, "score_run", scoring_is_not_reached)
+    monkeypatch.setattr("evaluation.table.score_run", scoring_is_not_reached)
     with pytest.raises(SystemExit) as stopped:
         table4.main([str(grid), "--metrics", "--out", str(tmp_path), *flags])
     assert stopped.value.code == 2 and message in capsys.readouterr().err
@@ -578,7 +578,7 @@ def test_table4_refuses_a_row_tested_with_another_decoder_than_its_baseline(grid
     config.write_text(config.read_text() + "module:\n  beam: {beam_size: 2, max_len: 100}\n")
     (tmp_path / "runs" / "mle" / "config.yaml").write_text(
         (tmp_path / "runs" / "mle" / "config.yaml").read_text() + "module:\n  beam: {beam_size: 5, max_len: 100}\n")
-    monkeypatch.setattr(load_script("table4"), "score_run", scoring_is_not_reached)
+    monkeypatch.setattr("evaluation.table.score_run", scoring_is_not_reached)
     with pytest.raises(SystemExit, match=r"wms was tested with another decoder than its baseline .*mle "
                                          r"\(module.beam.beam_size: 2 against 5\)"):
         load_script("table4").main([str(tmp_path / "runs"), "--metrics", "--out", str(tmp_path)])
@@ -596,7 +596,7 @@ def test_table4_piped_into_a_reader_that_stops_writes_its_files_and_ends_quietly
 def test_table4_refuses_an_out_folder_it_cannot_write_before_any_scoring(grid, tmp_path, monkeypatch):
     # it failed with a PermissionError traceback after all the scoring
     table4 = load_script("table4")
-    monkeypatch.setattr(table4, "score_run", scoring_is_not_reached)
+    monkeypatch.setattr("evaluation.table.score_run", scoring_is_not_reached)
     (tmp_path / "a_file").write_text("")
     with pytest.raises(SystemExit, match=rf"^table4: --out: cannot write to {tmp_path / 'a_file' / 'out'} \("):
         table4.main([str(grid), "--metrics", "--out", str(tmp_path / "a_file" / "out")])

@@ -33,7 +33,7 @@ def length_neutral_advantage(advantage: Tensor, length_gap: Tensor, strength: fl
     their baselines ([B, k], tokens; the baseline's length taken as its reward is), where that slope is positive:
     A − s·max(b, 0)·Δℓ. At strength 1 the batch's advantages no longer rise with a sample's length, so the gradient
     does not pay (to first order) for writing longer, only for what the reward sees at equal length: the training
-    twin of table4's gain at equal length (`trainer.significance.at_equal_length`). A reward that prefers shorter
+    twin of table4's gain at equal length (`evaluation.significance.at_equal_length`). A reward that prefers shorter
     samples (one that learns to stop a loop) keeps that; gaps that do not vary leave the advantages as they are."""
     gap = length_gap.float()
     centred = gap - gap.mean()
