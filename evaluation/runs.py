@@ -15,7 +15,8 @@ from models.text.records import DataError, Row, jsonl_rows
 from rewards.configs import instantiate_or_refuse
 from trainer.checkpoints import SELECTOR_STAGE
 from trainer.evaluate import ROWS, SHAPE_KEYS, table_record
-from trainer.train import SettingsError, check_writable
+from trainer.folders import check_writable
+from trainer.settings import SettingsError
 
 
 @dataclass

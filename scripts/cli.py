@@ -28,7 +28,7 @@ from rewards.base import Reward
 from rewards.configs import (CONF, compose_rewards, instantiate_or_refuse, parse_reward_spec,  # noqa: F401
                              reward_configs)
 from rewards.scoring import TOKENIZERS, score_texts
-from trainer.train import REFUSALS
+from trainer.settings import REFUSALS
 
 
 

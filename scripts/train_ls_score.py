@@ -51,7 +51,7 @@ from models.text.batch import Example  # noqa: E402
 from models.text.records import DataError, read_jsonl  # noqa: E402
 from models.text.vocab import split_at_sentence_ends  # noqa: E402
 from rewards.correlation import correlation  # noqa: E402
-from rewards.ls_score import (CHECKPOINT, KINDS, PAPER_KINDS, SIMILARITIES, LSConfig, LSScorer, Negatives,  # noqa: E402
+from rewards.ls_score import (CHECKPOINT, KINDS, SIMILARITIES, LSConfig, LSScorer, Negatives,  # noqa: E402
                               article_rows, lexicon, load_encoder, padded_articles, ranking_loss, tokenize_batch)
 from scripts.cli import command, load_splits, non_negative_float, positive_int, seeded  # noqa: E402
 from trainer.sources import read_id_list  # noqa: E402

@@ -21,7 +21,8 @@ from trainer.demo import DemoCorpus
 from trainer.module import SummarizationModule
 from trainer.schedules import Constant
 from trainer.sources import Fields, LocalFile
-from trainer.train import SettingsError, run
+from trainer.settings import SettingsError
+from trainer.train import run
 
 from test_resume import losses
 from test_train import ROOT, compose_run, logged

@@ -21,7 +21,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from trainer.checkpoints import AtomicCheckpointIO, BestCheckpoint, CheckpointError, LatestCheckpoint
 from trainer.module import SummarizationModule
-from trainer.train import ATTEMPT, RunFolders, SettingsError, check_settings, run
+from trainer.folders import ATTEMPT, RunFolders
+from trainer.settings import SettingsError, check_settings
+from trainer.train import run
 
 from test_scripts import load_script
 from test_train import ROOT, TINY, compose_run, freeze_weights, global_step
@@ -489,7 +491,7 @@ def test_submitit_local_launcher_runs_a_sweep_point_per_job(tmp_path):
 
 
 def test_differences_name_each_changed_setting_and_ignore_settings_added_since():
-    from trainer.train import differences
+    from trainer.settings import differences
     saved = {"optimizer": {"lr": 1e-5}, "data": {"name": "demo", "n": 3}}
     assert differences(saved, {"optimizer": {"lr": 1e-3}, "data": {"name": "demo", "n": 4}}) == [
         ("data.n", 3, 4), ("optimizer.lr", 1e-5, 1e-3)]
@@ -497,7 +499,7 @@ def test_differences_name_each_changed_setting_and_ignore_settings_added_since()
 
 
 def test_a_resume_from_the_folder_alone_gets_the_settings_the_run_was_started_with(tmp_path, capsys):
-    from trainer.train import with_saved_settings
+    from trainer.folders import with_saved_settings
     run_dir = tmp_path / "run"
     last = f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}"
     (run_dir / "checkpoints").mkdir(parents=True)

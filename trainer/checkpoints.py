@@ -13,9 +13,10 @@
 from __future__ import annotations
 
 import errno
-import shutil
+import hashlib
 import os
 import random
+import shutil
 import signal
 import threading
 from dataclasses import asdict
@@ -26,6 +27,7 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
+from omegaconf import DictConfig
 from pytorch_lightning.callbacks import Checkpoint, ModelCheckpoint
 from pytorch_lightning.plugins.environments import SLURMEnvironment
 
@@ -290,3 +292,18 @@ def keep_start_as_best(trainer: pl.Trainer) -> None:
     callback.best_model_score = callback.kth_value = score.detach().clone()
     callback.best_k_models = {path: callback.best_model_score}
 
+
+def provenance(cfg: DictConfig) -> dict[str, Any]:
+    """The run's id (from the folder it started in, so DDP ranks agree) and the ids of the runs its weights descend
+    from, oldest first: kept in config.yaml and every checkpoint, so that table4 compares a run with the MLE run it
+    started from wherever their folders have gone. A resume is the same run: its checkpoint says so."""
+    if cfg.ckpt_path:
+        info = checkpoint_info(cfg.ckpt_path)
+        if "run_id" in info:
+            return {"run_id": info["run_id"], "lineage": list(info.get("lineage", []))}
+    lineage = []
+    if cfg.init_from and cfg.init_from != "none":
+        info = checkpoint_info(cfg.init_from)
+        lineage = [*info.get("lineage", []), *([info["run_id"]] if "run_id" in info else [])]
+    folder = str(Path(cfg.output_dir).expanduser().resolve())
+    return {"run_id": hashlib.sha1(folder.encode()).hexdigest()[:12], "lineage": lineage}
