@@ -24,9 +24,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from models.text.records import atomic_write
+from models.text.records import DataError, atomic_write, read_jsonl
 from models.text.vectors import minilm_path
 from rewards.base import Display, Reward, RewardInput
+from rewards.correlation import correlation
 from rewards.embeddings import STOPWORDS
 from rewards.pretrained import load_pretrained
 
@@ -364,3 +365,51 @@ class LSScore(Reward):
         out = self.scorer(ids.to(device), mask.to(device), counted.to(device), article)
         self._diagnostics = {"ls_L": float(out["L"].mean()), "ls_S": float(out["S"].mean())}
         return out["LS"].float()
+
+
+# Human-judgment sets a training run is chosen by (scripts/train_ls_score.py --select-by dev)
+
+@dataclass
+class DevSet:
+    """Judged summaries of a human-judgment set: each one's article, text and judgment."""
+
+    name: str
+    articles: list[str]
+    summaries: list[str]
+    human: list[float]
+
+
+def read_dev(spec: str, rows: int, seed: int) -> DevSet:
+    """`PATH:FIELD`: a seeded sample of `rows` rows with a judgment in FIELD (null ones and `system` "reference"
+    rows left out), their `source` and `candidate`."""
+    path, _, field = spec.rpartition(":")
+    if not path or not field:
+        raise DataError(f"--dev {spec}: give PATH:FIELD, the file and its human-judgment field")
+    judged = [row for row in read_jsonl(path)
+              if row.data.get("system") != "reference" and row.number(field) is not None]
+    if len(judged) < 4:
+        raise DataError(f"--dev {spec}: {len(judged)} judged rows; a correlation needs at least 4")
+    chosen = sorted(random.Random(seed).sample(range(len(judged)), min(rows, len(judged))))
+    return DevSet(f"{Path(path).stem}:{field}", [judged[i].text("source") for i in chosen],
+                  [judged[i].text("candidate") for i in chosen], [judged[i].number(field) for i in chosen])
+
+
+@torch.no_grad()
+def dev_correlations(scorer: LSScorer, tokenizer, devs: list[DevSet], batch_size: int = 32) -> dict[str, float]:
+    """Spearman's rho of LS with each set's judgments (`dev/<name>`), and their mean (`dev`). Each article is encoded
+    once: a set judges many systems' summaries of each."""
+    scorer.eval()
+    device = next(scorer.parameters()).device
+    rhos = {}
+    for dev in devs:
+        unique = list(dict.fromkeys(dev.articles))
+        rows = dict(zip(unique, article_rows(scorer, tokenizer, unique, batch_size, device)))
+        scores = []
+        for i in range(0, len(dev.summaries), batch_size):
+            article = padded_articles([rows[text] for text in dev.articles[i:i + batch_size]], device)
+            ids, mask, counted = tokenize_batch(tokenizer, dev.summaries[i:i + batch_size],
+                                                scorer.config.max_summary_tokens)
+            scores += scorer(ids.to(device), mask.to(device), counted.to(device), article)["LS"].tolist()
+        rhos[f"dev/{dev.name}"] = correlation(scores, dev.human)
+    scorer.train()
+    return rhos | ({"dev": sum(rhos.values()) / len(rhos)} if rhos else {})

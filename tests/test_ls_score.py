@@ -16,7 +16,8 @@ from models.text.batch import Example
 from models.text.vocab import Vocabulary
 from rewards.base import RewardInput
 from rewards.correlation import correlation
-from rewards.ls_score import LSScore, Negatives, aligned, lexicon, load_scorer, ranking_loss, tokenize_batch
+from rewards.ls_score import (LSScore, Negatives, aligned, dev_correlations, lexicon, load_scorer, ranking_loss,
+                              read_dev, tokenize_batch)
 
 
 @pytest.fixture()
@@ -285,13 +286,13 @@ def test_a_dev_set_keeps_judged_system_rows_and_its_correlation_is_spearmans(sco
     from scipy.stats import spearmanr
     module = importlib.import_module("scripts.train_ls_score")
     scorer, tokenizer = scorer_and_tokenizer
-    dev = module.read_dev(f"{judgments(tmp_path / 'dev.jsonl', DEV)}:overall", rows=10, seed=0)
+    dev = read_dev(f"{judgments(tmp_path / 'dev.jsonl', DEV)}:overall", rows=10, seed=0)
     assert dev.name == "dev:overall" and dev.human == [0.9, 0.5, 0.1, 0.3]  # no null judgment, no reference row
     scored, encoded = [], []  # the scores behind the correlation; the articles each encoding pass read
     article = scorer.article
     with patch.object(module, "correlation", lambda scores, human: scored.extend(scores) or correlation(scores, human)), \
             patch.object(scorer, "article", lambda ids, *rest: encoded.append(len(ids)) or article(ids, *rest)):
-        rhos = module.dev_correlations(scorer, tokenizer, [dev], batch_size=3)
+        rhos = dev_correlations(scorer, tokenizer, [dev], batch_size=3)
     assert encoded == [2]  # each of the two articles once, for its two summaries
     with torch.no_grad():  # each summary against its article encoded alone, without dropout
         scorer.eval()
@@ -308,9 +309,9 @@ def test_a_dev_set_keeps_judged_system_rows_and_its_correlation_is_spearmans(sco
     assert rhos["dev/dev:overall"] == pytest.approx(spearmanr(values.tolist(), dev.human)[0], abs=1e-9)
     assert rhos["dev"] == rhos["dev/dev:overall"]
     with pytest.raises(module.DataError, match="PATH:FIELD"):
-        module.read_dev(str(tmp_path / "dev.jsonl"), 10, 0)
+        read_dev(str(tmp_path / "dev.jsonl"), 10, 0)
     with pytest.raises(module.DataError, match="2 judged rows"):
-        module.read_dev(f"{judgments(tmp_path / 'few.jsonl', DEV[:3])}:overall", 10, 0)
+        read_dev(f"{judgments(tmp_path / 'few.jsonl', DEV[:3])}:overall", 10, 0)
 
 
 def test_l2sp_is_the_squared_distance_from_the_pretrained_weights():
