@@ -8,6 +8,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+import trainer.folders  # noqa: F401  (registers the resolvers conf/train.yaml names)
 from conftest import write_selector_checkpoint
 from models.text.vocab import Vocabulary
 

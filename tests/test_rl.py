@@ -14,7 +14,7 @@ from rewards.base import Display, Reward, RewardInput
 from rewards.length import LengthOnly
 from rewards.repeats import RepeatPenalty, repeated_ngram_counts
 from rewards.rouge import RougeL
-from trainer.baselines import GreedyBaseline, LeaveOneOut
+from trainer.rl import GreedyBaseline, LeaveOneOut
 from trainer.evaluate import table_record
 from trainer.module import SummarizationModule
 from trainer.objectives import decoder_inputs

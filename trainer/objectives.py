@@ -20,10 +20,9 @@ from models.summarizer import Summarizer
 from models.text.batch import Batch
 from models.text.vocab import SENTENCE_END, Vocabulary, as_text
 from rewards.base import Reward, RewardInput, not_applicable, zero_where_not_applicable
-from trainer.baselines import Baseline, GreedyBaseline
 from trainer.evaluate import decoded_summaries
-from trainer.rl import (advantage_statistics, length_neutral_advantage, mixed_loss, sample_statistics,
-                        self_critical_loss, term_statistics)
+from trainer.rl import (Baseline, GreedyBaseline, advantage_statistics, length_neutral_advantage, mixed_loss,
+                        sample_statistics, self_critical_loss, term_statistics)
 from trainer.schedules import Constant
 from trainer.timing import untimed
 
