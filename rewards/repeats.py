@@ -3,29 +3,10 @@ repeated sentence costs them nothing, and RL learns to repeat (README, "The demo
 conf/module/summarizer.yaml (`rl.penalize_repeats`)."""
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
+from models.text.ngrams import repeated_ngram_counts
 from rewards.base import Display, Reward, RewardInput, check_reward
-
-
-def ngram_keys(ids: Tensor, lengths: Tensor, n: int, base: int) -> tuple[Tensor, Tensor]:
-    """Each n-gram of each row as one int64 key (ids < base), and a mask of n-grams inside `lengths`."""
-    windows = ids.unfold(1, n, 1) if ids.size(1) >= n else ids.new_zeros(ids.size(0), 0, n)
-    keys = torch.zeros(windows.shape[:2], dtype=torch.long, device=ids.device)
-    for k in range(n):
-        keys = keys * base + windows[..., k]
-    valid = torch.arange(keys.size(1), device=ids.device)[None] < (lengths[:, None] - n + 1)
-    return keys, valid
-
-
-def repeated_ngram_counts(ids: Tensor, lengths: Tensor, base: int, n: int = 3) -> tuple[Tensor, Tensor]:
-    """Per row: how many n-grams already occurred earlier in the same summary, and how many n-grams it has."""
-    keys, valid = ngram_keys(ids, lengths, n, base)
-    keys = torch.where(valid, keys, -1 - torch.arange(keys.numel(), device=ids.device).view_as(keys))
-    ordered = keys.sort(dim=1).values
-    repeats = ((ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)).sum(1)
-    return repeats, valid.sum(1)
 
 
 class RepeatPenalty(Reward):

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from trainer.diagnostics import lead_copy_rate, lead_lengths
+from models.text.ngrams import lead_copy_rate, lead_lengths
 
 DOT, BANG = 1, 2
 

@@ -12,7 +12,8 @@ from models.text.batch import Example, collate
 from models.text.vocab import Vocabulary
 from rewards.base import Display, Reward, RewardInput
 from rewards.length import LengthOnly
-from rewards.repeats import RepeatPenalty, repeated_ngram_counts
+from models.text.ngrams import repeated_ngram_counts
+from rewards.repeats import RepeatPenalty
 from rewards.rouge import RougeL
 from trainer.rl import GreedyBaseline, LeaveOneOut
 from trainer.evaluate import table_record

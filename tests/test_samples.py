@@ -17,7 +17,7 @@ from test_rl import tiny_module
 from test_scripts import load_script
 from test_train import compose_run, logged
 from models.text.batch import Example
-from trainer.diagnostics import distinct_ngram_ratio
+from models.text.ngrams import distinct_ngram_ratio
 from trainer.samples import choose_articles, sample_rows
 from trainer.train import run
 

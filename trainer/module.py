@@ -12,11 +12,11 @@ from torch import Tensor
 
 from models.decoding import StepProcessor, beam_search, check_beam_settings, greedy
 from models.text.batch import Batch
+from models.text.ngrams import lead_copy_rate, repeated_ngram_rate
 from models.text.vocab import Vocabulary, split_at_sentence_ends
 from rewards.base import Reward, RewardInput, check_reward
 from rewards.rouge import RougeL
 from trainer.checkpoints import checkpoint_description
-from trainer.diagnostics import lead_copy_rate, repeated_ngram_rate
 from trainer.evaluate import (SHAPE_KEYS, decoded_summaries, evaluate, mean_shape, summary_shape,
                               write_test_files)
 from trainer.objectives import objective_for, sentence_end_ids

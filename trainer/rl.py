@@ -12,7 +12,7 @@ from typing import Mapping, Protocol
 import torch
 from torch import Tensor
 
-from trainer.diagnostics import distinct_ngram_ratio, lead_copy_rate, novel_ngram_rate, repeated_ngram_rate
+from models.text.ngrams import distinct_ngram_ratio, lead_copy_rate, novel_ngram_rate, repeated_ngram_rate
 
 
 class Baseline(Protocol):

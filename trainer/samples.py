@@ -17,10 +17,10 @@ from pytorch_lightning.loggers import WandbLogger
 
 from models.decoding import Decoded
 from models.text.batch import Batch, Example
+from models.text.ngrams import repeated_ngram_counts
 from models.text.records import write_text
 from models.text.vocab import as_text
 from rewards.base import RewardInput
-from rewards.repeats import repeated_ngram_counts
 from trainer.evaluate import decoded_summaries, evaluate
 
 if TYPE_CHECKING:  # the module attaches this callback: a runtime import would be circular
