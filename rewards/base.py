@@ -138,15 +138,11 @@ class Reward:
         self.__dict__["_display"] = value
 
     @property
-    def judge(self) -> "Reward":
-        """The test metric a run trained with it is judged on: by default the reward itself, without any training-time
-        shaping (`RepeatPenalty`); ROUGE-L's is rouge-score's stemmed ROUGE-L on text (`rewards.rouge.RougeScore`)."""
+    def test_metric(self) -> "Reward":
+        """The test metric a run trained with it is judged on (its `name` is the key in the test's results and
+        tables): by default the reward itself, without any training-time shaping (`RepeatPenalty`); ROUGE-L's is
+        rouge-score's stemmed ROUGE-L on text (`rewards.rouge.RougeScore`)."""
         return self
-
-    @property
-    def judged_by(self) -> str:
-        """That test metric's key in the test's results and tables: its name."""
-        return self.judge.name
 
     def diagnostics(self) -> dict[str, float]:
         """What it says about its last call, logged as `train/reward/<key>` (LS-Score's L and S, QA's question

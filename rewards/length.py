@@ -3,7 +3,6 @@ its row shows what length alone buys on every metric (Singhal et al. 2023 found 
 an RLHF preference model's gains); table4 names it as the control beside each reward's gain."""
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 from rewards.base import Display, Reward, RewardInput

@@ -11,7 +11,7 @@ from rewards.base import Display, Reward, RewardInput, check_reward
 
 class RepeatPenalty(Reward):
     """`reward` times the share of the summary's trigrams that are not repeats. It is `reward` to the tables (name,
-    display) and its `judge` is `reward`'s: the test scores it unpenalised.
+    display) and its `test_metric` is `reward`'s: the test scores it unpenalised.
     Its last call's unpenalised values are a term, `unpenalized`, logged beside the penalised reward
     (`train/reward/unpenalized`)."""
 
@@ -38,8 +38,8 @@ class RepeatPenalty(Reward):
         return self.wrapped.control
 
     @property
-    def judge(self) -> Reward:
-        return self.wrapped.judge
+    def test_metric(self) -> Reward:
+        return self.wrapped.test_metric
 
     def term_values(self) -> dict[str, Tensor]:
         unpenalized = {} if self._unpenalized is None else {"unpenalized": self._unpenalized}

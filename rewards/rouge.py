@@ -52,7 +52,7 @@ class RougeL(Reward):
         self.beta = float(beta)
 
     @property
-    def judge(self) -> Reward:
+    def test_metric(self) -> Reward:
         """What the test measures for it: rouge-score's ROUGE-L F on text, with stemming."""
         return RougeScore("rougeL")
 

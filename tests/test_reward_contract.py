@@ -22,7 +22,7 @@ class Tokens(Reward):
 def test_a_reward_that_sets_only_what_it_must_gets_the_documented_defaults():
     reward = Tokens()
     assert reward.display == Display("tokens", 1.0, reads_article=False)
-    assert reward.judged_by == "tokens" and reward.judge is reward
+    assert reward.test_metric.name == "tokens" and reward.test_metric is reward
     assert reward.diagnostics() == {} and reward.term_values() == {}
     assert reward.sees_repeats is False
     reward.display = Display("Tokens", 100)  # an instance may set its own
@@ -34,12 +34,12 @@ def test_the_repeat_penalty_is_its_reward_to_the_tables_and_the_test():
     repeats is wrapped by default, one that sees them (ROUGE-L) and a sum of such are not."""
     penalized = penalize_repeats(Tokens(), "blind")
     assert isinstance(penalized, RepeatPenalty)
-    assert (penalized.name, penalized.display, penalized.judged_by) == ("tokens", Display("tokens"), "tokens")
-    assert isinstance(penalized.judge, Tokens)
+    assert (penalized.name, penalized.display, penalized.test_metric.name) == ("tokens", Display("tokens"), "tokens")
+    assert isinstance(penalized.test_metric, Tokens)
     rouge = penalize_repeats(RougeL(), "blind")
-    assert isinstance(rouge, RougeL) and rouge.judged_by == "rougeL"
-    judge = penalize_repeats(RougeL(), True).judge  # the test's ROUGE-L, not the reward's LCS on ids
-    assert isinstance(judge, RougeScore) and judge.name == "rougeL" and judge.display == Display("ROUGE-L", 100)
+    assert isinstance(rouge, RougeL) and rouge.test_metric.name == "rougeL"
+    metric = penalize_repeats(RougeL(), True).test_metric  # the test's ROUGE-L, not the reward's LCS on ids
+    assert isinstance(metric, RougeScore) and metric.name == "rougeL" and metric.display == Display("ROUGE-L", 100)
     both = WeightedSum({"a": RougeL(), "b": RougeL()}, {"a": 1, "b": 1})
     assert both.sees_repeats and penalize_repeats(both, "blind") is both
     mixed = WeightedSum({"a": RougeL(), "b": Tokens()}, {"a": 1, "b": 1})

@@ -405,9 +405,9 @@ def test_the_repeat_penalty_keeps_the_unpenalised_reward_beside_the_penalised_on
     torch.testing.assert_close(penalty.term_values()["unpenalized"], torch.tensor([0.6, 0.3]))
 
 
-def test_the_test_scores_the_listed_metrics_in_their_order_and_the_judge_once():
-    """`metrics_at_test`: the listed metrics in their order (the columns a run prints), a judge already listed taking
-    its listed entry and place, another one after them; ROUGE-L's judge is the test's own ROUGE-L."""
+def test_the_test_scores_the_listed_metrics_in_their_order_and_the_test_metric_once():
+    """`metrics_at_test`: the listed metrics in their order (the columns a run prints), a test metric already listed taking
+    its listed entry and place, another one after them; ROUGE-L's test metric is the test's own ROUGE-L."""
     class Named(Reward):
         needs_reference = True
 

@@ -127,7 +127,7 @@ def table_record(reward: Reward | None, metrics: Mapping[str, Reward], rows: Map
         record["row"] = rows["mixed"].format(reward=reward.display.column)
         if length_neutral:
             record["row"] += f", length-neutral {length_neutral:g}"
-        record["test_metric"] = reward.judged_by
+        record["test_metric"] = reward.test_metric.name
         record["control"] = bool(reward.control)
         record["columns"].setdefault(record["test_metric"], reward.display.column)
     return record

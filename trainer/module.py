@@ -160,8 +160,8 @@ class SummarizationModule(pl.LightningModule):
             values |= {"loss": self.model.mle_loss(batch, enc=enc)["loss"], "rouge_l": self.rouge_l(inputs).mean()}
         logged, rewards = self.objective.validation_values(inputs, labelled)
         values |= logged
-        if labelled and self.select_by == "test_metric" and self.objective.judge is not None:
-            values["test_metric"], values["beam_length"] = self.judged_score(batch, enc)
+        if labelled and self.select_by == "test_metric" and self.objective.test_metric is not None:
+            values["test_metric"], values["beam_length"] = self.test_metric_score(batch, enc)
         where = "" if labelled else f"/{batch.domains[0]}"
         for key, value in values.items():
             # sync_dist: under DDP the checkpoint monitor must see the mean over all ranks, not rank 0's share
@@ -172,17 +172,17 @@ class SummarizationModule(pl.LightningModule):
     @property
     def metrics_at_test(self) -> dict[str, Reward]:
         """What the test scores besides ROUGE: `metrics`, and the test metric a mixed run is judged by (its reward's
-        `judge`: by default the reward itself without the repeat penalty), so that its diagonal cell is always scored.
+        `test_metric`: by default the reward itself without the repeat penalty), so that its diagonal cell is always scored.
         Where `metrics` lists that key already, its entry is the one scored, at validation too: what table4 shows."""
-        judge = self.objective.judge
-        if judge is None or judge.name in self.metrics:
+        metric = self.objective.test_metric
+        if metric is None or metric.name in self.metrics:
             return self.metrics
-        return self.metrics | {judge.name: judge}  # after them: the columns keep the order `metrics` gives
+        return self.metrics | {metric.name: metric}  # after them: the columns keep the order `metrics` gives
 
-    def judged_score(self, batch: Batch, enc: Any) -> tuple[Tensor, Tensor]:
-        """The mean of the test metric the run is judged by (`judge`), scored as the test scores it, over the test
+    def test_metric_score(self, batch: Batch, enc: Any) -> tuple[Tensor, Tensor]:
+        """The mean of the test metric the run is judged by (`test_metric`), scored as the test scores it, over the test
         decoder's summaries of a labelled batch, and their mean length in tokens."""
-        key = self.objective.judge.name
+        key = self.objective.test_metric.name
         written = decoded_summaries(self.vocab, beam_search(self.model, enc, **self.beam), batch)
         means, _ = evaluate([r["summary"] for r in written], [r["reference"] for r in written],
                             {key: self.metrics_at_test[key]}, device=self.device,

@@ -50,7 +50,7 @@ class MLE:
 
     stage = "mle"
     reward = None
-    judge = None  # no test metric of its own: the test scores ROUGE and `metrics`
+    test_metric = None  # no test metric of its own: the test scores ROUGE and `metrics`
 
     def loss(self, model: Summarizer, vocab: Vocabulary, batch: Batch, enc: Any, step: int, timer: Timer = untimed
              ) -> tuple[Tensor, dict[str, Any]]:
@@ -120,9 +120,9 @@ class SelfCritical:
         self.unlabelled_fraction, self.length_neutral = unlabelled_fraction, length_neutral
 
     @property
-    def judge(self) -> Reward:
-        """The test metric a run trained with this reward is judged on (`Reward.judge`)."""
-        return self.reward.judge
+    def test_metric(self) -> Reward:
+        """The test metric a run trained with this reward is judged on (`Reward.test_metric`)."""
+        return self.reward.test_metric
 
     def scores(self, inputs: RewardInput) -> tuple[Tensor, dict[str, Tensor]]:
         """The training reward of each decoded row (with the repeat penalty where the config wraps it in one:
