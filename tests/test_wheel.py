@@ -14,7 +14,8 @@ import pytest
 from venvs import venv_seeing_this_python
 
 ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = ("pyproject.toml", "README.md", "trainer", "models", "rewards", "scripts", "conf", "hydra_plugins")
+SHIPPED = ("pyproject.toml", "README.md", "trainer", "models", "rewards", "evaluation", "scripts", "conf",
+           "hydra_plugins")
 TINY = ["experiment=demo_grid", "threads=1", "data.train.n=200", "data.val_sample_size=8", "data.test_size=16"]
 
 # A reward of the user's own: one class in their module, one YAML in their config folder.
