@@ -284,7 +284,7 @@ DEV = [{"system": s, "source": f"police said {a} visited berlin on monday .", "c
 def test_a_dev_set_keeps_judged_system_rows_and_its_correlation_is_spearmans(scorer_and_tokenizer, tmp_path,
                                                                              tiny_qa_model):
     from scipy.stats import spearmanr
-    module = importlib.import_module("scripts.train_ls_score")
+    import rewards.ls_score as module  # where dev sets are scored
     scorer, tokenizer = scorer_and_tokenizer
     dev = read_dev(f"{judgments(tmp_path / 'dev.jsonl', DEV)}:overall", rows=10, seed=0)
     assert dev.name == "dev:overall" and dev.human == [0.9, 0.5, 0.1, 0.3]  # no null judgment, no reference row
