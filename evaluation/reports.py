@@ -181,7 +181,8 @@ def choose_examples(scores: dict[str, dict[str, dict[str, float]]], metrics: lis
     spread = dict.fromkeys(ids, 0.0)
     for metric in metrics:
         values = {a: [s[a][metric] for s in scores.values() if s[a].get(metric) is not None] for a in ids}
-        scale = float(np.std([v for vs in values.values() for v in vs]))
+        pooled = [v for vs in values.values() for v in vs]  # none where no row scored it (the control's tokens)
+        scale = float(np.std(pooled)) if pooled else 0.0
         for article, vs in values.items():
             if vs and scale > 0:
                 spread[article] += (max(vs) - min(vs)) / scale

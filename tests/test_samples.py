@@ -2,6 +2,7 @@
 touching the training RNG), the training-step statistics, and table4's examples."""
 import json
 import statistics
+import warnings
 from pathlib import Path
 
 import pytest
@@ -172,6 +173,9 @@ def test_examples_are_the_largest_spread_with_seeded_ties():
     first = choose_examples(tied, ["m"], 2, seed=0)
     assert choose_examples(tied, ["m"], 2, seed=0) == first
     assert choose_examples(tied, ["m"], 2, seed=1) != first
+    with warnings.catch_warnings():  # a metric no row scored (the news grid's control): numpy's warnings on stdout
+        warnings.simplefilter("error")
+        assert choose_examples(scores, ["m", "unscored"], 3, seed=0) == ["b", "c", "a"]
 
 
 def write_run(folder: Path, name: str, run_id: str, lineage: list[str], summaries: dict[str, str]) -> Path:
