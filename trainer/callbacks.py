@@ -201,8 +201,8 @@ class StepProgressBar(TQDMProgressBar):
         bar = self.train_progress_bar
         bar.set_description("step", refresh=False)
         bar.reset(total=trainer.max_steps)
-        bar.initial = bar.n = trainer.global_step  # its rate counts this start's steps only
-        bar.refresh()
+        bar.initial = trainer.global_step  # its rate counts this start's steps only
+        show(bar, trainer.global_step)
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
