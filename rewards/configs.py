@@ -3,19 +3,16 @@ scoring plain strings: what the command-line tools, the benches and code outside
 share."""
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 from typing import Sequence
 
 from hydra import compose, initialize_config_module
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
-from omegaconf import OmegaConf
 
 from rewards.base import NotAReward, Reward, check_reward
+from rewards.names import CONF, parse_reward_spec, reward_configs, search_path
 from rewards.scoring import score_texts
-
-CONF = "conf"  # the package of the shipped configs, found through Hydra's package search path (pkg://conf)
 
 
 class RewardConfigError(ValueError):
@@ -39,26 +36,6 @@ def instantiate_or_refuse(config, **kwargs):
         if isinstance(cause, (ValueError, NotAReward)):
             raise cause from None
         raise
-
-
-def search_path(config_dirs: Sequence[str | Path]) -> list[str]:
-    """Hydra overrides that put a user's config folders on the search path, before the shipped configs."""
-    if not config_dirs:
-        return []
-    return ["hydra.searchpath=[" + ",".join(f"file://{Path(d).expanduser().resolve()}" for d in config_dirs) + "]"]
-
-
-def reward_configs(config_dirs: Sequence[str | Path] = ()) -> list[str]:
-    """The names of the reward configs that define a reward (a `_target_`), shipped or in `config_dirs`."""
-    folders = [resources.files(CONF) / "reward", *(Path(d).expanduser() / "reward" for d in config_dirs)]
-    return sorted({p.name.removesuffix(".yaml") for folder in folders if folder.is_dir() for p in folder.iterdir()
-                   if p.name.endswith(".yaml") and "_target_" in OmegaConf.create(p.read_text(encoding="utf-8"))})
-
-
-def parse_reward_spec(spec: str) -> tuple[str, str]:
-    """`NAME` or `LABEL=NAME` -> (label, config name). A label lets one config appear twice."""
-    label, _, config = spec.rpartition("=")
-    return (label or config), config
 
 
 def compose_rewards(specs: Sequence[str], overrides: Sequence[str] = (),

@@ -9,12 +9,12 @@ import torch
 
 from models.text.vocab import SENTENCE_END, Vocabulary, tokenize_sentences
 from rewards.base import Reward, RewardInput, not_applicable
+from rewards.names import TOKENIZERS
 
-# treebank: raw text, PTB-tokenized after sentence splitting (`tokenize_sentences(pretokenized=False)`).
-# whitespace: text that is already tokenized, split on whitespace (`pretokenized=True`).
-# rouge_package: as the `rouge` package (pltrdy) reads text for Wu et al. (2020): case kept, split on '.' and
-# whitespace, one sentence.
-TOKENIZERS = ("treebank", "whitespace", "rouge_package")
+# TOKENIZERS: treebank, raw text, PTB-tokenized after sentence splitting (`tokenize_sentences(pretokenized=False)`);
+# whitespace, text that is already tokenized, split on whitespace (`pretokenized=True`); rouge_package, as the `rouge`
+# package (pltrdy) reads text for Wu et al. (2020): case kept, split on '.' and whitespace, one sentence.
+
 
 def tokenize(text: str, tokenizer: str) -> list[list[str]]:
     """Sentences of tokens, lower-cased but for `rouge_package` (see TOKENIZERS)."""

@@ -48,7 +48,8 @@ from models import decoding
 from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
 from models.text.batch import collate
 from models.text.vectors import minilm_path
-from scripts.cli import compose_rewards, positive_int
+from rewards.configs import compose_rewards
+from scripts.cli import positive_int
 from trainer.module import SummarizationModule
 from trainer.timing import StepTimer
 from trainer.schedules import Constant

@@ -1,10 +1,12 @@
 """What the command-line tools share: the configs they compose (shipped in the package, plus a user's
 `--config-dir`), the flags that choose rewards and read a file of summaries, and one-line reports of user errors.
 
-  - `compose_rewards` (from `rewards.configs`): rewards chosen by the names of their configs in `conf/reward/` (or a
-    `--config-dir`), built with Hydra's compose API, so any reward config (and any override of it) works;
-  - `add_scoring_arguments` / `score_rows`: the flags `score` and `correlate` share, and their use;
+  - `add_scoring_arguments` / `score_rows`: the flags `score` and `correlate` share, and their use (rewards chosen by
+    the names of their configs in `conf/reward/` or a `--config-dir`, built by `rewards.configs.compose_rewards`);
   - `command`: a console command that reports bad input in one line instead of a traceback.
+
+The commands import torch and the project's floors where they are used, after their flags are parsed: `--help` and a
+bad flag answer at once instead of after seconds of imports (tests/test_scripts.py keeps it so).
 """
 from __future__ import annotations
 
@@ -15,30 +17,27 @@ import random
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-import torch
-from hydra import compose, initialize_config_module
 from hydra.errors import ConfigCompositionException, OverrideParseException
 
-from models.text.batch import Example
-from models.text.records import Row
-from rewards.base import Reward
-# the scripts import these from here too
-from rewards.configs import (CONF, compose_rewards, instantiate_or_refuse, parse_reward_spec,  # noqa: F401
-                             reward_configs)
-from rewards.scoring import TOKENIZERS, score_texts
-from trainer.settings import REFUSALS
+from rewards.names import CONF, TOKENIZERS, parse_reward_spec, reward_configs
 
+if TYPE_CHECKING:
+    from models.text.batch import Example
+    from models.text.records import Row
+    from rewards.base import Reward
 
 
 class InputError(ValueError):
     """A flag naming something that does not exist, or asking for something that cannot be done."""
 
 
-# What a command line reports as one line instead of a traceback: sumrl-train's refusals (DataError: a bad, missing or
-# undecodable file), a flag that cannot serve, an override Hydra cannot read.
-USER_ERRORS = (InputError, *REFUSALS, ConfigCompositionException, OverrideParseException)
+def user_errors() -> tuple[type[Exception], ...]:
+    """What a command line reports as one line instead of a traceback: sumrl-train's refusals (DataError: a bad,
+    missing or undecodable file), a flag that cannot serve, an override Hydra cannot read."""
+    from trainer.settings import REFUSALS  # Lightning: imported once an error needs sorting, not for --help
+    return (InputError, *REFUSALS, ConfigCompositionException, OverrideParseException)
 
 
 def command(main: Callable[[], Any]) -> Callable[[], None]:
@@ -49,11 +48,13 @@ def command(main: Callable[[], Any]) -> Callable[[], None]:
         try:
             main()
             sys.stdout.flush()
-        except USER_ERRORS as e:
-            sys.exit(f"error: {e}")
         except BrokenPipeError:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the exit's own flush is quiet
             sys.exit(0)
+        except Exception as error:
+            if isinstance(error, InputError) or isinstance(error, user_errors()):
+                sys.exit(f"error: {error}")
+            raise
     return run
 
 
@@ -85,6 +86,9 @@ def metrics_and_paths(values: Sequence[str], config_dirs: Sequence[str | Path] =
 def load_splits(overrides: Sequence[str]) -> tuple[dict[str, list[Example]], str]:
     """The train and validation examples of a data config, split exactly as training splits them, and its data
     directory: what the scripts that train frozen reward models (QA, LS-Score) learn from."""
+    from hydra import compose, initialize_config_module
+
+    from rewards.configs import instantiate_or_refuse
     with initialize_config_module(version_base="1.3", config_module=CONF):
         cfg = compose(config_name="train", overrides=list(overrides))
     data = instantiate_or_refuse(cfg.data)
@@ -94,6 +98,7 @@ def load_splits(overrides: Sequence[str]) -> tuple[dict[str, list[Example]], str
 
 def seeded(threads: int | None, seed: int) -> random.Random:
     """Set torch's threads and seed as a training script starts; its own generator for what it draws."""
+    import torch
     if threads:
         torch.set_num_threads(threads)
     torch.manual_seed(seed)
@@ -177,6 +182,8 @@ def tokenizers_from_arguments(values: Sequence[str], labels: Sequence[str]) -> d
 def score_rows(args: argparse.Namespace, rows: Sequence[Row]
                ) -> tuple[dict[str, Reward], dict[str, list[float | None]]]:
     """Compose the rewards named by the flags and score the rows' fields with them."""
+    from rewards.configs import compose_rewards
+    from rewards.scoring import score_texts
     # Read the fields first: a bad row should fail before the rewards load their embeddings.
     candidates = [row.text(args.candidate_field) for row in rows]
     references = [row.text(args.reference_field, nullable=True) for row in rows]

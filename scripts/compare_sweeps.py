@@ -23,7 +23,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from models.text.records import csv_rows, write_text  # noqa: E402
-from scripts.cli import add_config_dir_argument, compose_rewards  # noqa: E402
+from rewards.configs import compose_rewards  # noqa: E402
+from scripts.cli import add_config_dir_argument  # noqa: E402
 from evaluation.comparisons import LEVEL, format_interval  # noqa: E402
 from evaluation.runs import Run, find_runs  # noqa: E402
 from evaluation.scoring import score_run  # noqa: E402

@@ -44,8 +44,7 @@ import math
 from models.text.records import Row, read_jsonl
 from rewards.correlation import (CORRELATIONS, correlation, dominance, input_level_pairs, system_level,
                                  williams_matrix)
-from rewards.rouge import MULTI_REFERENCE, multi_reference_recall
-from rewards.scoring import TOKENIZERS, hypothesis_tokens, tokenize
+from rewards.names import TOKENIZERS
 from scripts.cli import InputError, add_scoring_arguments, command, parse_exclusions, positive_int, score_rows
 from trainer.tables import markdown_table
 
@@ -93,6 +92,8 @@ def references_of(row: Row, field: str) -> list[str]:
 def multi_reference_scores(rows: list[Row], candidate_field: str, references_field: str, orders: list[int],
                            tokenizer: str) -> dict[str, list[float]]:
     """rouge_<n>_mult_<method> of each row's candidate against all its references, for each n in `orders`."""
+    from rewards.rouge import MULTI_REFERENCE, multi_reference_recall
+    from rewards.scoring import hypothesis_tokens, tokenize
     words = lambda text: hypothesis_tokens(tokenize(text, tokenizer))  # noqa: E731
     candidates = [words(row.text(candidate_field)) for row in rows]
     references = [[words(r) for r in references_of(row, references_field)] for row in rows]

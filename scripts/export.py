@@ -14,7 +14,6 @@ import argparse
 from pathlib import Path
 
 from scripts.cli import InputError, command
-from trainer.export import export_summarizer
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -29,6 +28,7 @@ def main(argv: list[str] | None = None) -> None:
         raise InputError(f"{args.output} exists: give a new folder, or --force to replace it")
     if args.output.exists() and not args.output.is_dir():
         raise InputError(f"{args.output} is a file: give a folder")
+    from trainer.export import export_summarizer
     config = export_summarizer(checkpoint, args.output)
     print(f"exported {checkpoint} to {args.output}/ ({config['trained'].get('row') or config['stage']}): "
           "model.safetensors, config.json, vocab.txt, README.md")

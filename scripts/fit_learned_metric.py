@@ -27,7 +27,8 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from models.text.records import Row, read_jsonl, write_text
-from scripts.cli import InputError, command, parse_exclusions, positive_int, reward_configs
+from rewards.names import reward_configs
+from scripts.cli import InputError, command, parse_exclusions, positive_int
 from trainer.tables import markdown_table
 
 

@@ -15,10 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from models.text.records import read_jsonl, write_text
 from scripts.cli import InputError, add_scoring_arguments, command, output_file, score_rows
-from trainer.evaluate import columns
-from trainer.tables import markdown_table
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -39,6 +36,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict[str, float]:
     """Score the file; returns each reward's mean (unscaled)."""
     args = parse_args(argv)
+    from models.text.records import read_jsonl, write_text
+    from trainer.evaluate import columns
+    from trainer.tables import markdown_table
     rows = read_jsonl(args.input)
     rewards, scores = score_rows(args, rows)
     clashes = set(rewards) & ({"line"} | set(args.keep))

@@ -20,25 +20,18 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
-import torch
-from omegaconf import OmegaConf
-from tqdm import tqdm
-
-from models.decoding import BlockRepeatedTrigrams, MinLength, beam_search, check_beam_settings
-from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
-from models.text.batch import Example, collate
 from models.text.records import DataError, csv_rows, jsonl_rows, numbered_lines, write_text
-from models.text.vocab import Vocabulary, as_text
 from scripts.cli import InputError, command, int_at_least, output_file, positive_int
-from trainer.checkpoints import CheckpointError, checkpoint_info, data_reading, load_weights
-from trainer.data import tokenize_records
-from trainer.evaluate import decoded_summaries
-from trainer.export import exported_info
 from trainer.sources import Fields, Record
 
-SUMMARIZER = f"{PointerGenerator.__module__}.{PointerGenerator.__qualname__}"
+if TYPE_CHECKING:
+    import torch
+
+    from models.pointer_generator import PointerGenerator
+    from models.text.batch import Example
+    from models.text.vocab import Vocabulary
 
 
 class ArticleFile:
@@ -73,33 +66,6 @@ class ArticleFile:
                 yield Record(id=str(number), article=line, summary=None, where=f"{self.path}:{number}")
 
 
-def reading_of(info: dict[str, Any], path: Path) -> dict[str, Any]:
-    """How the checkpoint's data read text: recorded in it, or, for a checkpoint from before sumrl recorded it, in the
-    config.yaml of the run that wrote it (`<run>/checkpoints/<name>.ckpt`)."""
-    if info.get("reading"):
-        return info["reading"]
-    config = path.resolve().parent.parent / "config.yaml"
-    if not config.is_file():
-        raise CheckpointError(f"checkpoint {path} does not record how its data was read (raw or pretokenized text), "
-                              f"and its run's {config} is not there")
-    data = OmegaConf.load(config).data
-    return data_reading(data.pretokenized, data.max_source_len, data.max_target_len)
-
-
-def load_summarizer(path: Path, device: torch.device) -> tuple[PointerGenerator, Vocabulary, dict[str, Any]]:
-    """The pointer-generator of a checkpoint or of a folder `sumrl-export` wrote, in eval mode on `device`, its
-    vocabulary and its data's reading."""
-    info = exported_info(path) if path.is_dir() else checkpoint_info(path)
-    if info.get("stage") not in ("mle", "mixed"):
-        raise CheckpointError(f"checkpoint {path} is not a summarizer's (its stage is {info.get('stage')!r})")
-    if info.get("model_class", SUMMARIZER) != SUMMARIZER:  # older checkpoints name no class: pointer-generators
-        raise CheckpointError(f"checkpoint {path} holds a {info['model_class']}, whose frozen parts (a content "
-                              "selector) are not in the checkpoint: sumrl-summarize decodes pointer-generators")
-    model = PointerGenerator(PointerGeneratorConfig(**info["model_config"]))
-    load_weights(model, info)
-    return model.to(device).eval(), Vocabulary(info["vocab"]), reading_of(info, path)
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="sumrl-summarize", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -123,6 +89,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def device_of(name: str) -> torch.device:
+    import torch
     try:
         device = torch.device(name)
     except RuntimeError:
@@ -135,6 +102,12 @@ def device_of(name: str) -> torch.device:
 def summarize(model: PointerGenerator, vocab: Vocabulary, examples: list[Example], reading: dict[str, Any],
               batch_size: int, beam: dict[str, Any]) -> list[str]:
     """Each example's beam summary as text, in the examples' order, with a progress bar."""
+    from tqdm import tqdm
+
+    from models.decoding import beam_search
+    from models.text.batch import collate
+    from models.text.vocab import as_text
+    from trainer.evaluate import decoded_summaries
     summaries = []
     with tqdm(total=len(examples), unit="article", desc="summarizing") as bar:
         for start in range(0, len(examples), batch_size):
@@ -149,6 +122,11 @@ def summarize(model: PointerGenerator, vocab: Vocabulary, examples: list[Example
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    import torch
+
+    from models.decoding import BlockRepeatedTrigrams, MinLength, check_beam_settings
+    from trainer.data import tokenize_records
+    from trainer.export import load_summarizer
     device = device_of(args.device)
     model, vocab, reading = load_summarizer(args.checkpoint, device)
     processors = [MinLength(args.min_length), *([BlockRepeatedTrigrams()] if args.block_trigrams else [])]

@@ -24,12 +24,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from evaluation.runs import (Run, check_decoded_alike, check_seeds_differ_only, default_out, find_runs,
-                             pair_with_baselines, tested, writable)
-from evaluation.table import make_table4, write_table4
-from scripts.cli import (USER_ERRORS, add_config_dir_argument, command, compose_rewards, int_at_least,
-                         metrics_and_paths, positive_int)
-from trainer.loggers import log_report, sweep_group
+from scripts.cli import add_config_dir_argument, command, int_at_least, metrics_and_paths, positive_int, user_errors
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -60,6 +55,11 @@ def main(argv: list[str] | None = None) -> None:
     args.paths += paths
     if not args.paths:
         parser.error("the following arguments are required: paths")
+    from evaluation.runs import (Run, check_decoded_alike, check_seeds_differ_only, default_out, find_runs,
+                                 pair_with_baselines, tested, writable)
+    from evaluation.table import make_table4, write_table4
+    from rewards.configs import compose_rewards
+    from trainer.loggers import log_report, sweep_group
 
     runs = tested([Run.read(path) for path in find_runs(args.paths)])
     if not any(args.baseline in (run.run_name, run.row) for run in runs) and args.baseline != "mle":
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     check_decoded_alike(pairs)
     try:
         metrics = compose_rewards(args.metrics, args.set, args.config_dir)
-    except USER_ERRORS as error:
+    except user_errors() as error:
         parser.error(f"argument --metrics/--set: {error}")
     out = writable(args.out or default_out([run.path for run in runs]))
     table = make_table4(runs, pairs, metrics, args.baseline, args.resamples, args.seed, args.examples, out)

@@ -162,7 +162,7 @@ def test_selector_run_validates_tests_and_checkpoints(selector_run):
 def test_table4_leaves_a_selector_run_out_as_what_it_is(selector_run, capsys):
     """A content selector's run records no Table 4 row, and table4 names it as a selector, not an unfinished run."""
     from omegaconf import OmegaConf
-    from scripts.table4 import Run, tested
+    from evaluation.runs import Run, tested
     run_dir, _ = selector_run
     assert "table" not in OmegaConf.load(run_dir / "config.yaml")
     with pytest.raises(SystemExit, match="none of the runs given has test results"):

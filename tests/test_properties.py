@@ -20,7 +20,7 @@ from rewards.base import RewardInput, WeightedSum
 from rewards.ls_score import LSConfig, LSScore, LSScorer, load_encoder
 from rewards.mover import MoverSimilarity
 from rewards.scoring import hypothesis_tokens, tokenize
-from scripts.cli import compose_rewards
+from rewards.configs import compose_rewards
 from trainer.data import SummarizationData
 from trainer.sources import LocalFile
 

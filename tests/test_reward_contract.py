@@ -6,7 +6,7 @@ import torch
 from rewards.base import Display, NotAReward, Reward, RewardInput, WeightedSum
 from rewards.repeats import RepeatPenalty, penalize_repeats
 from rewards.rouge import RougeL, RougeScore
-from scripts.cli import compose_rewards
+from rewards.configs import compose_rewards
 from test_rl import tiny_module
 
 

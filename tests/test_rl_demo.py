@@ -14,7 +14,7 @@ import torch
 from models.decoding import greedy
 from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
 from rewards.base import RewardInput
-from scripts.cli import compose_rewards
+from rewards.configs import compose_rewards
 from trainer.data import RatioSplit, SummarizationData
 from trainer.demo import DemoCorpus
 from trainer.module import SummarizationModule

@@ -94,7 +94,7 @@ def test_a_bad_line_is_one_line_naming_file_and_line_before_any_decoding(tmp_pat
     write_checkpoint(tmp_path / "best.ckpt", pretokenized=True)
     (tmp_path / "in.jsonl").write_text(content)
     summarize = load_script("summarize")
-    monkeypatch.setattr(summarize, "beam_search", None)  # a decode would fail otherwise than with the line's message
+    monkeypatch.setattr(summarize, "summarize", lambda *a: pytest.fail("decoded before reading every line"))
     monkeypatch.setattr(sys, "argv", ["sumrl-summarize", "--checkpoint", str(tmp_path / "best.ckpt"), "--input",
                                       str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "out.jsonl")])
     with pytest.raises(SystemExit) as stopped:

@@ -1,8 +1,8 @@
 """A trained summarizer as a folder that loads without sumrl's run folders and uploads to the Hugging Face hub as it
 is: `model.safetensors` (the weights), `config.json` (the model's class and settings, how its data read text, the
 decoder its run was tested with), `vocab.txt` (one word a line, in id order) and `README.md` (a model card).
-`sumrl-summarize --checkpoint <folder>` reads it; `huggingface_hub.upload_folder(folder_path=<folder>, repo_id=...)`
-uploads it."""
+`load_summarizer` reads it (or a checkpoint) for `sumrl-summarize --checkpoint <folder>`;
+`huggingface_hub.upload_folder(folder_path=<folder>, repo_id=...)` uploads it."""
 from __future__ import annotations
 
 import json
@@ -11,14 +11,18 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import torch
 from omegaconf import OmegaConf
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from trainer.checkpoints import CheckpointError, checkpoint_info
+from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
+from models.text.vocab import Vocabulary
+from trainer.checkpoints import CheckpointError, checkpoint_info, data_reading, load_weights
 
 FILES = ("model.safetensors", "config.json", "vocab.txt", "README.md")
 FORMAT = "sumrl-summarizer/1"  # config.json's `format`: what `exported_info` reads
+SUMMARIZER = f"{PointerGenerator.__module__}.{PointerGenerator.__qualname__}"
 
 
 def export_summarizer(checkpoint: Path, folder: Path) -> dict[str, Any]:
@@ -103,3 +107,30 @@ def exported_info(folder: Path) -> dict[str, Any]:
     with (folder / "vocab.txt").open(encoding="utf-8", newline="") as lines:  # a word is never split
         vocab = lines.read().split("\n")[:-1]
     return {**config, "vocab": vocab, "state_dict": {f"model.{k}": v for k, v in weights.items()}}
+
+
+def reading_of(info: dict[str, Any], path: Path) -> dict[str, Any]:
+    """How the checkpoint's data read text: recorded in it, or, for a checkpoint from before sumrl recorded it, in the
+    config.yaml of the run that wrote it (`<run>/checkpoints/<name>.ckpt`)."""
+    if info.get("reading"):
+        return info["reading"]
+    config = path.resolve().parent.parent / "config.yaml"
+    if not config.is_file():
+        raise CheckpointError(f"checkpoint {path} does not record how its data was read (raw or pretokenized text), "
+                              f"and its run's {config} is not there")
+    data = OmegaConf.load(config).data
+    return data_reading(data.pretokenized, data.max_source_len, data.max_target_len)
+
+
+def load_summarizer(path: Path, device: torch.device) -> tuple[PointerGenerator, Vocabulary, dict[str, Any]]:
+    """The pointer-generator of a checkpoint or of a folder `sumrl-export` wrote, in eval mode on `device`, its
+    vocabulary and its data's reading."""
+    info = exported_info(path) if path.is_dir() else checkpoint_info(path)
+    if info.get("stage") not in ("mle", "mixed"):
+        raise CheckpointError(f"checkpoint {path} is not a summarizer's (its stage is {info.get('stage')!r})")
+    if info.get("model_class", SUMMARIZER) != SUMMARIZER:  # older checkpoints name no class: pointer-generators
+        raise CheckpointError(f"checkpoint {path} holds a {info['model_class']}, whose frozen parts (a content "
+                              "selector) are not in the checkpoint: sumrl-summarize decodes pointer-generators")
+    model = PointerGenerator(PointerGeneratorConfig(**info["model_config"]))
+    load_weights(model, info)
+    return model.to(device).eval(), Vocabulary(info["vocab"]), reading_of(info, path)
