@@ -345,9 +345,10 @@ def beam_search(model: Summarizer, enc: Encoded, beam_size: int = 4, max_len: in
     return Decoded(result, lengths).rows(slice(None))  # trimmed to the longest result
 
 
-def check_beam_settings(**settings: Any) -> None:
+def check_beam_settings(**settings: Any) -> dict[str, Any]:
     """Raise if `beam_search(model, batch, **settings)` would fail or could not end a summary: call it when a
-    run is built, as the test-time decode comes only after training. Unknown names are a TypeError."""
+    run is built, as the test-time decode comes only after training. Unknown names are a TypeError. Returns the
+    settings with `beam_search`'s defaults filled in."""
     bound = inspect.signature(beam_search).bind(None, None, **settings)  # None, None: the model and the articles
     bound.apply_defaults()
     beam_size, max_len, processors = (bound.arguments[name] for name in ("beam_size", "max_len", "processors"))
@@ -357,3 +358,4 @@ def check_beam_settings(**settings: Any) -> None:
         raise ValueError(f"beam search: max_len must be at least 1, got {max_len}")
     for processor in processors:
         processor.check(max_len)
+    return dict(list(bound.arguments.items())[2:])  # without the model and the articles

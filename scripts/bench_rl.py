@@ -38,6 +38,7 @@ import json
 import os
 import statistics
 from collections import defaultdict
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -51,6 +52,7 @@ from models.text.vectors import minilm_path
 from rewards.configs import compose_rewards
 from scripts.cli import positive_int
 from trainer.module import SummarizationModule
+from trainer.objectives import objective_for
 from trainer.timing import StepTimer
 from trainer.schedules import Constant
 
@@ -192,8 +194,8 @@ def main() -> None:
     rewards = compose_rewards(args.rewards, args.set)
 
     def module(reward=None) -> SummarizationModule:
-        return SummarizationModule(model, vocab, optimizer=None, reward=reward, gamma=Constant(0.9984),
-                                   rl_max_len=100).to(device)
+        return SummarizationModule(model, vocab, optimizer=None,
+                                   objective=partial(objective_for, reward, gamma=Constant(0.9984), rl_max_len=100)).to(device)
 
     print(f"library {Path(trainer.__file__).resolve().parents[1]}; batch {size}, source 400, target 100, hidden 256, "
           f"emb 128, vocab {len(vocab)}, {args.threads} threads, {args.device}{' bf16 autocast' * args.bf16}"

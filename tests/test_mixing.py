@@ -3,6 +3,7 @@ reproducibility and resumption; unlabelled rows get no MLE term and only the rew
 reference-based terms are rescaled by 1/(1 − p); declared-unlabelled sources never expose a summary; reference-only
 rewards on such data are refused before training; a 2-step mixed run with the learned QA metric."""
 import json
+from functools import partial
 from itertools import islice
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from rewards.rouge import RougeL
 from trainer.data import MixedShuffle, RatioSplit, SummarizationData, Unlabelled
 from trainer.demo import DemoCorpus
 from trainer.module import SummarizationModule
+from trainer.objectives import objective_for
 from trainer.schedules import Constant
 from trainer.sources import Fields, LocalFile
 from trainer.settings import SettingsError
@@ -190,8 +192,9 @@ def batches():
 def tiny_module(reward, gamma: float, unlabelled_fraction: float = 0.0) -> SummarizationModule:
     torch.manual_seed(0)
     model = PointerGenerator(PointerGeneratorConfig(vocab_size=len(VOCAB), emb_dim=8, hidden_dim=8))
-    module = SummarizationModule(model, VOCAB, optimizer=lambda p: torch.optim.Adam(p), reward=reward,
-                                 gamma=Constant(gamma), rl_max_len=8, unlabelled_fraction=unlabelled_fraction)
+    module = SummarizationModule(model, VOCAB, optimizer=lambda p: torch.optim.Adam(p),
+                                 objective=partial(objective_for, reward, gamma=Constant(gamma), rl_max_len=8),
+                                 unlabelled_fraction=unlabelled_fraction)
     module.logged = {}
     module.log = lambda name, value, **kwargs: module.logged.__setitem__(name, float(value))  # outside a Trainer
     return module

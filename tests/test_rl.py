@@ -1,5 +1,6 @@
 """Self-critical training: the loss sign and masking, the no-grad baseline, and the mixed step."""
 import json
+from functools import partial
 
 import pytest
 import pytorch_lightning as pl
@@ -18,7 +19,7 @@ from rewards.rouge import RougeL
 from trainer.rl import GreedyBaseline, LeaveOneOut
 from trainer.evaluate import table_record
 from trainer.module import SummarizationModule
-from trainer.objectives import decoder_inputs
+from trainer.objectives import decoder_inputs, objective_for
 from trainer.rl import self_critical_loss
 from trainer.schedules import Constant
 
@@ -49,8 +50,8 @@ def tiny_module(reward=RougeL(), gamma=0.5):
     batch = collate(examples, vocab)
     torch.manual_seed(0)
     model = PointerGenerator(PointerGeneratorConfig(vocab_size=len(vocab), emb_dim=8, hidden_dim=8))
-    module = SummarizationModule(model, vocab, optimizer=lambda p: torch.optim.Adam(p), reward=reward,
-                                 gamma=Constant(gamma), rl_max_len=8)
+    module = SummarizationModule(model, vocab, optimizer=lambda p: torch.optim.Adam(p),
+                                 objective=partial(objective_for, reward, gamma=Constant(gamma), rl_max_len=8))
     module.log = lambda *a, **k: None  # outside a Trainer
     return module, batch
 

@@ -111,7 +111,7 @@ def test_sample_rows_score_the_greedy_summary_and_the_training_sample_leaves_the
     module.metrics = {"length": TokensPerHundred()}
     labelled = batch.index_select([i for i in range(len(batch)) if batch.has_reference[i]])
     module.model.eval()
-    module.val_max_len = 8
+    module.beam["max_len"] = 8
     with torch.no_grad():
         rows = sample_rows(module, labelled, module.validation_step(labelled, 0))
         assert module.reward.calls == [len(labelled)]  # validation scores the batch once; the samples reuse it

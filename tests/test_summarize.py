@@ -29,8 +29,9 @@ def write_checkpoint(path, pretokenized: bool) -> tuple[PointerGenerator, Vocabu
     torch.manual_seed(0)
     model = PointerGenerator(PointerGeneratorConfig(vocab_size=len(vocab), emb_dim=8, hidden_dim=8))
     checkpoint = {"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()}}
-    SummarizationModule(model, vocab, partial(torch.optim.Adam), reading=data_reading(pretokenized, 400, MAX_LEN)
-                        ).on_save_checkpoint(checkpoint)
+    module = SummarizationModule(model, vocab, partial(torch.optim.Adam))
+    module.reading = data_reading(pretokenized, 400, MAX_LEN)
+    module.on_save_checkpoint(checkpoint)
     torch.save(checkpoint, path)
     return model.eval(), vocab
 

@@ -3,6 +3,7 @@ trains an MLE step and a mixed step in the trainer's module and decodes with gre
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -15,6 +16,7 @@ from models.text.batch import Example, collate
 from models.text.vocab import Vocabulary
 from rewards.rouge import RougeL
 from trainer.module import SummarizationModule
+from trainer.objectives import objective_for
 from trainer.schedules import Constant
 
 
@@ -117,8 +119,9 @@ def test_a_second_model_trains_mle_and_mixed_steps_and_decodes():
     torch.manual_seed(0)
     model = GRUCopy(TinyConfig(len(vocab)))
     for reward in (None, RougeL()):  # the MLE step, then the mixed step
-        module = SummarizationModule(model, vocab, optimizer=lambda p: torch.optim.Adam(p), reward=reward,
-                                     gamma=Constant(0.5), samples=2, temperature=0.7, rl_max_len=6)
+        module = SummarizationModule(model, vocab, optimizer=lambda p: torch.optim.Adam(p),
+                                     objective=partial(objective_for, reward, gamma=Constant(0.5), samples=2,
+                                                       temperature=0.7, rl_max_len=6))
         module.log = lambda *a, **k: None  # outside a Trainer
         model.zero_grad()
         loss = module.training_step(batch, 0)

@@ -10,7 +10,7 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from models.decoding import StepProcessor, beam_search, check_beam_settings, greedy
+from models.decoding import beam_search, check_beam_settings, greedy
 from models.text.batch import Batch
 from models.text.ngrams import lead_copy_rate, repeated_ngram_rate
 from models.text.vocab import Vocabulary, split_at_sentence_ends
@@ -19,8 +19,7 @@ from rewards.rouge import RougeL
 from trainer.checkpoints import checkpoint_description
 from trainer.evaluate import (SHAPE_KEYS, decoded_summaries, evaluate, mean_shape, summary_shape,
                               write_test_files)
-from trainer.objectives import objective_for, sentence_end_ids
-from trainer.rl import Baseline
+from trainer.objectives import Objective, objective_for, sentence_end_ids
 from trainer.samples import GreedyDecodes, ValidationSamples
 from trainer.timing import untimed
 
@@ -34,35 +33,23 @@ SELECT_BY = ("reward", "test_metric")
 
 class SummarizationModule(pl.LightningModule):
     """Orchestrates a summarizer's training, validation and test. What it trains toward is its `objective`
-    (`trainer.objectives`): MLE when `reward` is None, otherwise γ·L_RL + (1−γ)·L_MLE with self-critical RL, whose
-    settings (`gamma` … `rollout_processors`, `unlabelled_fraction`: the data's share of articles without a
-    reference, passed by `trainer.train.build`) it holds."""
+    (`trainer.objectives`: MLE, or γ·L_RL + (1−γ)·L_MLE with self-critical RL under a reward), built from its config
+    node with Hydra's `_partial_` and completed here with `unlabelled_fraction` (the data's share of articles without a
+    reference, passed by `trainer.train.build`). `beam` is the test's decoder; validation and test's greedy decodes
+    stop at its `max_len` too."""
 
     def __init__(self, model: torch.nn.Module, vocab: Vocabulary, optimizer: Callable[..., torch.optim.Optimizer],
-                 reward: Reward | None = None, gamma: Callable[[int], float] | None = None,
-                 samples: int = 1, baseline: Baseline | None = None, temperature: float = 1.0,
-                 rl_max_len: int = 100, length_normalize: bool = False, val_max_len: int = 100,
-                 rollout_processors: dict[str, StepProcessor | None] | None = None, beam: dict[str, Any] | None = None,
-                 metrics: dict[str, Reward] | None = None,
-                 select_by: str = "reward", max_nonfinite_steps: int = 10, output_dir: str = ".",
-                 unlabelled_fraction: float = 0.0, length_neutral: float = 0.0, samples_to_log: int = 8,
-                 samples_seed: int = 0,
-                 reading: dict[str, Any] | None = None):
+                 objective: Callable[..., Objective] = objective_for, beam: dict[str, Any] | None = None,
+                 metrics: dict[str, Reward] | None = None, select_by: str = "reward", max_nonfinite_steps: int = 10,
+                 output_dir: str = ".", unlabelled_fraction: float = 0.0, samples_to_log: int = 8,
+                 samples_seed: int = 0):
         super().__init__()
-        if not 0 <= unlabelled_fraction < 1:
-            raise ValueError(f"unlabelled_fraction must be in [0, 1), got {unlabelled_fraction}")
         self.model, self.vocab, self.optimizer_factory = model, vocab, optimizer
-        # rollout_processors: rules on the training decodes' next tokens (samples and greedy baseline alike), e.g.
-        # the test's trigram blocking, so that the reward judges what the test decoder would not already fix
-        self.objective = objective_for(
-            reward, gamma=gamma, samples=samples, baseline=baseline, temperature=temperature, rl_max_len=rl_max_len,
-            length_normalize=length_normalize, unlabelled_fraction=unlabelled_fraction, length_neutral=length_neutral,
-            processors=[p for p in (rollout_processors or {}).values() if p is not None])
-        self.val_max_len = val_max_len
-        self.beam = dict(beam or {})
+        self.objective = objective(unlabelled_fraction=unlabelled_fraction)
+        beam = dict(beam or {})
         # the config names the rules (beam.processors.<name>), so that an experiment adds one, or drops one (null)
-        self.beam["processors"] = [p for p in (self.beam.get("processors") or {}).values() if p is not None]
-        check_beam_settings(**self.beam)  # now, not in the test-time decode after training
+        beam["processors"] = [p for p in (beam.get("processors") or {}).values() if p is not None]
+        self.beam = check_beam_settings(**beam)  # now, not in the test-time decode after training; defaults filled
         self.metrics = dict(metrics or {})
         for key, metric in self.metrics.items():
             check_reward(metric, f"metrics.{key}")
@@ -77,8 +64,10 @@ class SummarizationModule(pl.LightningModule):
         self._steps_taken = self._steps_skipped = 0  # this fit's training steps with a finite loss, and without
         self.rouge_l = RougeL()
         self._test_summaries: list[dict] = []
-        self.provenance: dict[str, Any] = {}  # the run's id and lineage (`trainer.train.provenance`), in checkpoints
-        self.reading = dict(reading or {})  # how the data read its text (`data_reading`), in checkpoints
+        # what checkpoints record of the run, set by `trainer.train.build`: its id and lineage (`provenance`), and how
+        # the data read its text (`data_reading`)
+        self.provenance: dict[str, Any] = {}
+        self.reading: dict[str, Any] = {}
         if samples_to_log < 0:
             raise ValueError(f"samples_to_log must be at least 0, got {samples_to_log}")
         self.samples_to_log, self.samples_seed = samples_to_log, samples_seed
@@ -148,7 +137,7 @@ class SummarizationModule(pl.LightningModule):
         no reference as `val/<metric>/<source>`."""
         labelled = bool(batch.has_reference.all())
         enc = self.model.encode(batch)
-        decoded = greedy(self.model, enc, self.val_max_len)
+        decoded = greedy(self.model, enc, self.beam["max_len"])
         inputs = RewardInput.from_decoded(decoded.ids, decoded.lengths, batch, self.vocab)
         values = {"length": inputs.hyp_lens.float().mean(),
                   "repeated_trigrams": repeated_ngram_rate(decoded.ids, decoded.lengths,
@@ -198,7 +187,7 @@ class SummarizationModule(pl.LightningModule):
         article's lead-3 (its first three sentences, See et al.'s baseline)."""
         enc = self.model.encode(batch)
         written = decoded_summaries(self.vocab, beam_search(self.model, enc, **self.beam), batch)
-        plain = decoded_summaries(self.vocab, greedy(self.model, enc, self.val_max_len), batch)
+        plain = decoded_summaries(self.vocab, greedy(self.model, enc, self.beam["max_len"]), batch)
         for row, other, source in zip(written, plain, batch.sources):
             row["greedy"], row["lead3"] = other["summary"], split_at_sentence_ends(source)[:3]
         self._test_summaries.extend(written)

@@ -238,7 +238,18 @@ class SelfCritical:
                 for i, row in enumerate(drawn)]
 
 
-def objective_for(reward: Reward | None, **settings: Any) -> MLE | SelfCritical:
-    """The one place a run's reward decides what it trains toward: none, MLE; one, the mixed loss with it."""
-    return MLE() if reward is None else SelfCritical(reward, **settings)
+Objective = MLE | SelfCritical
 
+
+def objective_for(reward: Reward | None = None, processors: dict[str, StepProcessor | None] | None = None,
+                  unlabelled_fraction: float = 0.0, **settings: Any) -> Objective:
+    """The one place a run's reward decides what it trains toward: none, MLE; one, the mixed loss with it, under
+    `settings` (`SelfCritical`'s). `processors`: the config's named rules on the training decodes' next tokens (a
+    null drops one), e.g. the test's trigram blocking, so that the reward judges what the test decoder would not
+    already fix."""
+    if not 0 <= unlabelled_fraction < 1:
+        raise ValueError(f"unlabelled_fraction must be in [0, 1), got {unlabelled_fraction}")
+    if reward is None:
+        return MLE()
+    rules = [p for p in (processors or {}).values() if p is not None]
+    return SelfCritical(reward, processors=rules, unlabelled_fraction=unlabelled_fraction, **settings)

@@ -31,8 +31,7 @@ class ContentSelectorModule(pl.LightningModule):
     stage = SELECTOR_STAGE
 
     def __init__(self, model: ContentSelector, vocab: Vocabulary, optimizer: Callable[..., torch.optim.Optimizer],
-                 threshold: float = 0.5, glove: bool = False, output_dir: str = ".", unlabelled_fraction: float = 0.0,
-                 reading: dict[str, Any] | None = None):
+                 threshold: float = 0.5, glove: bool = False, output_dir: str = ".", unlabelled_fraction: float = 0.0):
         super().__init__()
         if unlabelled_fraction > 0:
             raise ValueError("the content selector learns from references only: train it on data without "
@@ -42,7 +41,7 @@ class ContentSelectorModule(pl.LightningModule):
                      len(vocab))
         self.model, self.vocab, self.optimizer_factory = model, vocab, optimizer
         self.threshold, self.output_dir = threshold, Path(output_dir)
-        self.reading = dict(reading or {})  # how the data read its text (`data_reading`), in checkpoints
+        self.reading: dict[str, Any] = {}  # how the data read its text (`data_reading`, set by `trainer.train.build`)
         metrics = MetricCollection({"precision": BinaryPrecision(threshold), "recall": BinaryRecall(threshold),
                                     "f1": BinaryF1Score(threshold), "auc": BinaryAUROC()})
         self.val_metrics = metrics.clone(prefix="val/selection_")

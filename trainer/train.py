@@ -51,8 +51,8 @@ def build(cfg: DictConfig) -> tuple[SummarizationData, pl.LightningModule]:
         raise SettingsError("a reward other than mle trains the mixed stage, which starts from an MLE model: set "
                             "mle_checkpoint=<mle run>/checkpoints/best.ckpt (or init_from=none for random weights)")
     module = instantiate_or_refuse(cfg.module, model=model, vocab=data.vocab, output_dir=cfg.output_dir,
-                                   unlabelled_fraction=data.unlabelled_fraction,
-                                   reading=data_reading(data.pretokenized, data.max_source_len, data.max_target_len))
+                                   unlabelled_fraction=data.unlabelled_fraction)
+    module.reading = data_reading(data.pretokenized, data.max_source_len, data.max_target_len)
     if cfg.train:
         check_unlabelled(data, module)
     return data, module
