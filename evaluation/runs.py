@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from models.text.records import DataError, Row, jsonl_rows
 from rewards.configs import instantiate_or_refuse
 from trainer.checkpoints import SELECTOR_STAGE
-from trainer.evaluate import ROWS, SHAPE_KEYS, table_record
+from trainer.evaluate import ROW_NAMES, SHAPE_KEYS, table_record
 from trainer.folders import check_writable
 from trainer.settings import SettingsError
 
@@ -67,7 +67,8 @@ def recorded_table(cfg: DictConfig) -> dict:
     """The table record of a run from before runs kept one: made now from its reward and metric configs."""
     metrics = {key: instantiate_or_refuse(node) for key, node in (cfg.get("metrics") or {}).items()}
     reward = instantiate_or_refuse(cfg.reward) if cfg.get("reward") else None
-    return table_record(reward, metrics, cfg.get("rows") or ROWS, (cfg.get("rl") or {}).get("length_neutral", 0.0))
+    names = cfg.get("row_names") or cfg.get("rows") or ROW_NAMES  # `rows` before 2026-12-02
+    return table_record(reward, metrics, names, (cfg.get("rl") or {}).get("length_neutral", 0.0))
 
 
 def is_run(path: Path) -> bool:
@@ -162,7 +163,7 @@ def writable(out: Path) -> Path:
 
 def baseline_row(runs: list[Run], baseline: str) -> str:
     """The row of the runs named `baseline` (a run name or a row; `mle`: also the MLE row of runs named otherwise)."""
-    return next((run.row for run in runs if baseline in (run.run_name, run.row)), ROWS.get(baseline, baseline))
+    return next((run.row for run in runs if baseline in (run.run_name, run.row)), ROW_NAMES.get(baseline, baseline))
 
 
 def pair_with_baselines(runs: list[Run], baseline: str) -> dict[Path, Run]:

@@ -27,7 +27,7 @@ class Decoded:
     ids: Tensor        # [B, T] extended ids, <pad> after the first </s>
     lengths: Tensor    # [B] tokens up to and including the first </s>; T if there is none
 
-    def rows(self, index: slice | list[int]) -> "Decoded":
+    def select(self, index: slice | list[int]) -> "Decoded":
         """A subset of rows, trimmed to its own longest sequence."""
         lengths = self.lengths[index]
         T = int(lengths.max()) if lengths.numel() else 0
@@ -205,7 +205,7 @@ def _decode(model: Summarizer, enc: Encoded, max_len: int, choose: Chooser,
             keep = (~done).nonzero().squeeze(1)
             step.keep(keep)
             ids, live, done = ids[keep], live[keep], done[keep]
-    return Decoded(history, (history != cfg.pad_id).sum(1)).rows(slice(None))  # without steps after every row's end
+    return Decoded(history, (history != cfg.pad_id).sum(1)).select(slice(None))  # without steps after every row's end
 
 
 def sample_categorical(probs: Tensor, generator: torch.Generator | None = None,
@@ -342,7 +342,7 @@ def beam_search(model: Summarizer, enc: Encoded, beam_size: int = 4, max_len: in
         best_ids = torch.where(none.unsqueeze(1), history.view(len(live), K, -1)[:, 0], best_ids)
     result[live] = best_ids
     lengths = (result != cfg.pad_id).sum(1)
-    return Decoded(result, lengths).rows(slice(None))  # trimmed to the longest result
+    return Decoded(result, lengths).select(slice(None))  # trimmed to the longest result
 
 
 def check_beam_settings(**settings: Any) -> dict[str, Any]:

@@ -47,9 +47,9 @@ def tiny_ls_score(tiny_qa_model, tmp_path_factory) -> str:
     return str(path)
 
 
-def run_config(run_name: str, reward=None, rows=None, metrics=None, **fields) -> str:
+def run_config(run_name: str, reward=None, row_names=None, metrics=None, **fields) -> str:
     """A run's config.yaml as `trainer.train` writes it for table4: its fields and the table record of its reward."""
     from omegaconf import OmegaConf
-    from trainer.evaluate import ROWS, table_record
-    record = table_record(reward, metrics or {}, rows or ROWS)
+    from trainer.evaluate import ROW_NAMES, table_record
+    record = table_record(reward, metrics or {}, row_names or ROW_NAMES)
     return OmegaConf.to_yaml({"run_name": run_name, **fields, "table": record})

@@ -219,7 +219,7 @@ def test_trained_decodes_stop_at_eos_and_are_masked(toy):
         enc = model.encode(batch)
         g = greedy(model, enc, max_len=30)
         both = sample_and_greedy(model, enc, 30, generator=torch.Generator().manual_seed(0))
-        s, sg = both.rows(slice(0, len(batch))), both.rows(slice(len(batch), None))
+        s, sg = both.select(slice(0, len(batch))), both.select(slice(len(batch), None))
     b = beam_search(model, enc, beam_size=4, max_len=30)
     long = beam_search(model, enc, beam_size=4, max_len=30, processors=[MinLength(12)])  # longer than the references
     for out in (g, s, sg, b, long):
@@ -241,7 +241,7 @@ def test_sample_and_greedy_halves(untrained):
     gen = torch.Generator().manual_seed(5)
     enc = model.encode(batch)
     both = sample_and_greedy(model, enc, 10, generator=gen)
-    s, g = both.rows(slice(0, len(batch))), both.rows(slice(len(batch), None))
+    s, g = both.select(slice(0, len(batch))), both.select(slice(len(batch), None))
     with torch.no_grad():
         reference = greedy(model, enc, 10)
     assert torch.equal(g.ids, reference.ids) and torch.equal(g.lengths, reference.lengths)

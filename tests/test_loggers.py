@@ -119,7 +119,7 @@ def test_a_sweep_gives_each_job_its_own_finished_wandb_run(no_credentials):
         assert {key: config[key] for key in written} == written  # the composed config, as the run folder keeps it
         assert [exit.exit_code for exit in of_kind(records, "exit")] == [0]  # finished when its job ended
         tables = {int(p.name.split("_")[1]): json.loads(p.read_text())
-                  for p in (folder / "files" / "media" / "table" / "samples").glob("step_*.table.json")}
+                  for p in (folder / "files" / "media" / "table" / "examples").glob("step_*.table.json")}
         assert set(tables) == steps  # its own validations' sample tables, no other job's
         assert all(("sample_reward" in t["columns"]) == (reward != "mle") for t in tables.values())
         assert [p.name.split("_")[:2] for p in (folder / "files" / "media" / "images").glob("*.png")] == [

@@ -125,7 +125,7 @@ def replayed_loss(module, batch, seed, k, baseline, temperature=1.0):
                 b = rewards[B * k + i].item()
             else:
                 b = (sum(samples) - samples[j]) / (k - 1)
-            row = decoded.rows(slice(i * k + j, i * k + j + 1))
+            row = decoded.select(slice(i * k + j, i * k + j + 1))
             one = batch.index_select([i])
             log_q = model.teacher_forced(model.encode(one), decoder_inputs(row.ids, module.vocab), row.ids,
                                          temperature).log_probs
@@ -158,7 +158,7 @@ def test_k1_greedy_equals_the_self_critical_loss():
     module.model.eval()
     both = sample_and_greedy(module.model, enc, module.objective.rl_max_len)
     module.model.train()
-    s, g = both.rows(slice(0, B)), both.rows(slice(B, None))
+    s, g = both.select(slice(0, B)), both.select(slice(B, None))
     reward = lambda d: torch.where(batch.has_reference,  # noqa: E731
                                    module.reward(RewardInput.from_decoded(d.ids, d.lengths, batch, module.vocab)), 0.0)
     log_p = module.model.teacher_forced(enc, decoder_inputs(s.ids, module.vocab), s.ids).log_probs

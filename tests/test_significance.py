@@ -17,6 +17,7 @@ from scipy import stats
 
 from conftest import run_config
 from rewards.base import Display, Reward
+from rewards.configs import compose_rewards
 from rewards.mover import SentenceMoverSimilarity, SentenceWordMoverSimilarity, WordMoverSimilarity
 from rewards.rouge import RougeL
 from test_scripts import load_script, write_jsonl
@@ -230,7 +231,7 @@ QA_LEARNED = StandIn("qa_learned", Display("QA learned", 100, True))
 def write_run(root: Path, run_name: str, summaries: list[str], references: list[str]) -> None:
     run = root / run_name
     run.mkdir()
-    custom = {} if run_name in REWARDS else {"rows": {"mle": run_name}}  # a run whose reward says nothing of itself
+    custom = {} if run_name in REWARDS else {"row_names": {"mle": run_name}}  # a run whose reward says nothing of itself
     (run / "config.yaml").write_text(run_config(run_name, REWARDS.get(run_name), **custom))
     write_jsonl(run / "summaries.jsonl", [{"id": f"art-{i:02d}", "summary": s, "reference": r, "scores": {}}
                                           for i, (s, r) in enumerate(zip(summaries, references))])
@@ -681,7 +682,7 @@ def test_a_new_reward_is_one_class_and_one_yaml_and_table4_shows_it_at_its_scale
     (tmp_path / "my_conf" / "reward").mkdir(parents=True)
     (tmp_path / "my_conf" / "reward" / "length.yaml").write_text("_target_: toy_reward.Length\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    reward = load_script("cli").compose_rewards(["length"], config_dirs=[tmp_path / "my_conf"])["length"]
+    reward = compose_rewards(["length"], config_dirs=[tmp_path / "my_conf"])["length"]
     # two runs as training writes them: MLE, and a mixed run trained with the new reward, started from it
     runs = {"mle": (None, ["a b .", "a b c d ."], []), "length": (reward, ["a b c .", "a b c d e f ."], ["m"])}
     for name, (trained_with, summaries, lineage) in runs.items():

@@ -245,7 +245,7 @@ def test_a_seed_sweep_runs_one_grid_per_seed_and_table4_pools_them(tmp_path, cap
                  f"cache_dir={tmp_path / 'cache'}", "threads=1",
                  *[o for o in TINY if not o.startswith(("threads", "trainer.val_check"))],
                  "stages.mle.steps=6", "stages.mle.val_every=3", "stages.mixed.steps=2", "stages.mixed.val_every=1",
-                 "data.val_sample_size=8", "module.samples_to_log=0"]
+                 "data.val_sample_size=8", "module.examples_to_log=0"]
     done = subprocess.run([sys.executable, "-m", "trainer.train", *overrides], cwd=ROOT, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]

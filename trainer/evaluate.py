@@ -21,7 +21,7 @@ from trainer.tables import markdown_table
 log = logging.getLogger(__name__)
 
 TEST_ROUGE = {key: RougeScore(key) for key in ROUGE_COLUMNS}  # what every test scores, first, whatever else it scores
-ROWS = {"mle": "MLE+Pgen (no reward)", "mixed": "Mixed w/ {reward}"}  # conf/train.yaml's `rows`
+ROW_NAMES = {"mle": "MLE+Pgen (no reward)", "mixed": "Mixed w/ {reward}"}  # conf/train.yaml's `row_names`
 
 
 SHAPE_KEYS = ("tokens", "repeated_trigrams")
@@ -114,17 +114,17 @@ def columns(metrics: Mapping[str, Reward]) -> dict[str, str]:
     return headers
 
 
-def table_record(reward: Reward | None, metrics: Mapping[str, Reward], rows: Mapping[str, str] = ROWS,
+def table_record(reward: Reward | None, metrics: Mapping[str, Reward], row_names: Mapping[str, str] = ROW_NAMES,
                  length_neutral: float = 0.0) -> dict[str, Any]:
-    """What table4 shows of a run (kept in its config.yaml as `table`): its row (`rows`, `{reward}` standing for the
+    """What table4 shows of a run (kept in its config.yaml as `table`): its row (`row_names`, `{reward}` standing for the
     reward's column; a run trained length-neutral, `rl.length_neutral`, says so in its row), the test metric its
     reward is judged on, the column of each test metric, and the metrics only the test could score (they read the
     article, which summaries.jsonl does not keep), and whether its reward is a control (`Reward.control`: the
     length-only row)."""
-    record = {"row": rows["mle"], "test_metric": None, "columns": columns(metrics),
+    record = {"row": row_names["mle"], "test_metric": None, "columns": columns(metrics),
               "stored": [key for key, metric in metrics.items() if metric.display.reads_article], "control": False}
     if reward is not None:
-        record["row"] = rows["mixed"].format(reward=reward.display.column)
+        record["row"] = row_names["mixed"].format(reward=reward.display.column)
         if length_neutral:
             record["row"] += f", length-neutral {length_neutral:g}"
         record["test_metric"] = reward.test_metric.name

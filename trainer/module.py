@@ -20,7 +20,7 @@ from trainer.checkpoints import checkpoint_description
 from trainer.evaluate import (SHAPE_KEYS, decoded_summaries, evaluate, mean_shape, summary_shape,
                               write_test_files)
 from trainer.objectives import Objective, objective_for, sentence_end_ids
-from trainer.samples import GreedyDecodes, ValidationSamples
+from trainer.examples import GreedyDecodes, ValidationExamples
 from trainer.timing import untimed
 
 log = logging.getLogger(__name__)
@@ -41,8 +41,8 @@ class SummarizationModule(pl.LightningModule):
     def __init__(self, model: torch.nn.Module, vocab: Vocabulary, optimizer: Callable[..., torch.optim.Optimizer],
                  objective: Callable[..., Objective] = objective_for, beam: dict[str, Any] | None = None,
                  metrics: dict[str, Reward] | None = None, select_by: str = "reward", max_nonfinite_steps: int = 10,
-                 output_dir: str = ".", unlabelled_fraction: float = 0.0, samples_to_log: int = 8,
-                 samples_seed: int = 0):
+                 output_dir: str = ".", unlabelled_fraction: float = 0.0, examples_to_log: int = 8,
+                 examples_seed: int = 0):
         super().__init__()
         self.model, self.vocab, self.optimizer_factory = model, vocab, optimizer
         self.objective = objective(unlabelled_fraction=unlabelled_fraction)
@@ -68,9 +68,9 @@ class SummarizationModule(pl.LightningModule):
         # the data read its text (`data_reading`)
         self.provenance: dict[str, Any] = {}
         self.reading: dict[str, Any] = {}
-        if samples_to_log < 0:
-            raise ValueError(f"samples_to_log must be at least 0, got {samples_to_log}")
-        self.samples_to_log, self.samples_seed = samples_to_log, samples_seed
+        if examples_to_log < 0:
+            raise ValueError(f"examples_to_log must be at least 0, got {examples_to_log}")
+        self.examples_to_log, self.examples_seed = examples_to_log, examples_seed
         self.timer: Callable[[str], AbstractContextManager[None]] = untimed  # a `StepTimer` to see where a step goes
 
     @property
@@ -83,11 +83,11 @@ class SummarizationModule(pl.LightningModule):
         return self.objective.stage
 
     def configure_callbacks(self) -> list[pl.Callback]:
-        """What the model writes at each validation (`ValidationSamples`): a setting of the module, so every
+        """What the model writes at each validation (`ValidationExamples`): a setting of the module, so every
         summarizer run has it. Attached once: a fit after the start validation keeps the one it attached."""
-        if not self.samples_to_log or any(isinstance(c, ValidationSamples) for c in self.trainer.callbacks):
+        if not self.examples_to_log or any(isinstance(c, ValidationExamples) for c in self.trainer.callbacks):
             return []
-        return [ValidationSamples(self.samples_to_log, self.samples_seed, str(self.output_dir))]
+        return [ValidationExamples(self.examples_to_log, self.examples_seed, str(self.output_dir))]
 
     # ---------------------------------------------------------------- training
     def configure_optimizers(self) -> torch.optim.Optimizer:
@@ -156,7 +156,7 @@ class SummarizationModule(pl.LightningModule):
             # sync_dist: under DDP the checkpoint monitor must see the mean over all ranks, not rank 0's share
             self.log(f"val/{key}{where}", value, batch_size=len(batch), prog_bar=labelled and key in ("loss", "reward"),
                      sync_dist=True, add_dataloader_idx=False)
-        return GreedyDecodes(decoded, rewards)  # for callbacks (`trainer.samples.ValidationSamples`)
+        return GreedyDecodes(decoded, rewards)  # for callbacks (`trainer.examples.ValidationExamples`)
 
     @property
     def metrics_at_test(self) -> dict[str, Reward]:

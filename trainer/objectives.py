@@ -1,5 +1,5 @@
 """What a run trains toward, chosen once when the module is built: `MLE` (no reward) or `SelfCritical` (the mixed
-loss with a reward). The module asks its objective for the step's loss and for what validation, the samples and the
+loss with a reward). The module asks its objective for the step's loss and for what validation, the examples and the
 test score besides ROUGE; both objectives answer every question, so the module never asks which one it has.
 
 An objective is handed the model, vocabulary and timer on each call and keeps no network of its own: the module
@@ -61,13 +61,13 @@ class MLE:
 
     def validation_values(self, inputs: RewardInput, labelled: bool
                           ) -> tuple[dict[str, Tensor], list[dict[str, float | None]]]:
-        """What a validation batch logs besides the module's own values, and each summary's reward for the samples:
+        """What a validation batch logs besides the module's own values, and each summary's reward for the examples:
         nothing."""
         return {}, [{} for _ in range(len(inputs.hyp))]
 
     def training_samples(self, model: Summarizer, vocab: Vocabulary, batch: Batch, generator: torch.Generator
                          ) -> list[dict[str, Any]]:
-        """One training sample per article with its reward and advantage, for the samples: none."""
+        """One training sample per article with its reward and advantage, for the examples: none."""
         return []
 
 
@@ -169,7 +169,7 @@ class SelfCritical:
         B, k = len(batch), self.samples
         start = time.perf_counter()
         out = self.rollouts(model, vocab, batch, enc, timer=timer)
-        sampled = out.decoded.rows(slice(0, B * k))
+        sampled = out.decoded.select(slice(0, B * k))
         mle, sample_log_probs = self.teacher_forced(model, vocab, batch, enc, sampled, out.articles[: B * k], timer)
         rl = self_critical_loss(sample_log_probs, sampled.lengths, out.advantage.flatten(),
                                 self.length_normalize).view(B, k).mean(1)
@@ -218,7 +218,7 @@ class SelfCritical:
     def validation_values(self, inputs: RewardInput, labelled: bool
                           ) -> tuple[dict[str, Tensor], list[dict[str, float | None]]]:
         """The training reward of the greedy decodes (`val/reward`), the mean over the rows it applies to, and from
-        the same scoring each summary's reward and weighted-sum terms, for the samples; on an unlabelled sample only
+        the same scoring each summary's reward and weighted-sum terms, for the examples; on an unlabelled sample only
         for a reward that needs no reference."""
         if not labelled and self.reward.needs_reference:
             return {}, [{} for _ in range(len(inputs.hyp))]
@@ -232,7 +232,7 @@ class SelfCritical:
         """For each article, its first sample drawn as training draws it (with `generator`), its training reward and
         its advantage over its baseline."""
         out = self.rollouts(model, vocab, batch, model.encode(batch), generator)
-        drawn = decoded_summaries(vocab, out.decoded.rows(slice(0, len(batch) * self.samples, self.samples)), batch)
+        drawn = decoded_summaries(vocab, out.decoded.select(slice(0, len(batch) * self.samples, self.samples)), batch)
         return [{"id": row["id"], "sample": as_text([row["summary"]])[0],
                  "sample_reward": float(out.sample_rewards[i, 0]), "sample_advantage": float(out.advantage[i, 0])}
                 for i, row in enumerate(drawn)]

@@ -138,7 +138,7 @@ def train_and_test(cfg: DictConfig) -> dict:
     with open_dict(cfg):
         cfg.update(module.provenance)
         if isinstance(module, SummarizationModule):  # table4 reads the run's row, test metric and columns here
-            cfg.table = table_record(module.reward, module.metrics_at_test, cfg.rows, cfg.rl.length_neutral)
+            cfg.table = table_record(module.reward, module.metrics_at_test, cfg.row_names, cfg.rl.length_neutral)
     for logger in loggers:  # the composed config is the run's: wandb's run config, the CSV logger's hparams.yaml
         logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     if not cfg.ckpt_path:  # a resume keeps the record of how the run was started (and was checked against it)

@@ -44,11 +44,11 @@ class GreedyDecodes:
     decoded: Decoded
     rewards: list[dict[str, float | None]]
 
-    def rows(self, picks: list[int]) -> GreedyDecodes:
-        return GreedyDecodes(self.decoded.rows(picks), [self.rewards[i] for i in picks])
+    def select(self, picks: list[int]) -> GreedyDecodes:
+        return GreedyDecodes(self.decoded.select(picks), [self.rewards[i] for i in picks])
 
 
-def sample_rows(module: SummarizationModule, batch: Batch, greedy: GreedyDecodes) -> list[dict[str, Any]]:
+def example_rows(module: SummarizationModule, batch: Batch, greedy: GreedyDecodes) -> list[dict[str, Any]]:
     """What the model writes for a labelled batch, one flat row per article: the reference; the greedy summary
     (`validation_step`'s) with its length, repeated-trigram rate, ROUGE and the module's `metrics` (test scales, as
     `score/<key>`) and, for a mixed run, its reward (as `val/reward` scored it) and weighted-sum terms."""
@@ -74,16 +74,16 @@ def side_by_side(left: str, right: str, width: int = 58, left_lines: int = 6) ->
     return "\n".join(f"{a:<{width}} | {b}" for a, b in zip_longest(*columns, fillvalue=""))
 
 
-class ValidationSamples(pl.Callback):
+class ValidationExamples(pl.Callback):
     """At each validation (rank 0): `count` validation articles, chosen by `choose_articles`, with their greedy
-    decodes from `validation_step` scored by `sample_rows` and, in a mixed run, one training sample each (its
+    decodes from `validation_step` scored by `example_rows` and, in a mixed run, one training sample each (its
     objective's `training_samples`, drawn with a generator seeded by (`seed`, step): the training RNG never moves),
-    written to `<output_dir>/samples/step_<N>.jsonl`; a wandb logger gets them as the table `samples/step_<N>`. Logs
+    written to `<output_dir>/examples/step_<N>.jsonl`; a wandb logger gets them as the table `examples/step_<N>`. Logs
     the first article's start beside its greedy summary, and the seconds it took, of the validation's (to the run's log file
     only under `trainer.train`: conf/train.yaml)."""
 
     def __init__(self, count: int, seed: int, output_dir: str):
-        self.count, self.seed, self.folder = count, seed, Path(output_dir) / "samples"
+        self.count, self.seed, self.folder = count, seed, Path(output_dir) / "examples"
         self._chosen: list[Example] = []
         self._rows: list[dict[str, Any]] = []
         self._started, self._seconds = 0.0, 0.0
@@ -99,7 +99,7 @@ class ValidationSamples(pl.Callback):
         ids = {e.id for e in self._chosen}
         picks = [i for i, article in enumerate(batch.ids) if article in ids] if dataloader_idx == 0 else []
         if picks:
-            self._rows += sample_rows(pl_module, batch.index_select(picks), outputs.rows(picks))
+            self._rows += example_rows(pl_module, batch.index_select(picks), outputs.select(picks))
         self._seconds += time.perf_counter() - start
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -116,7 +116,7 @@ class ValidationSamples(pl.Callback):
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / f"step_{step}.jsonl"
         write_text(path, "".join(json.dumps(row) + "\n" for row in rows))
-        self.log_tables(trainer, f"samples/step_{step}", rows)
+        self.log_tables(trainer, f"examples/step_{step}", rows)
         seconds = self._seconds + time.perf_counter() - start
         total = time.perf_counter() - self._started
         log.info("%s: %d articles in %.3f s, %.1f%% of the validation's %.2f s", path, len(rows), seconds,

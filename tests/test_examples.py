@@ -1,4 +1,4 @@
-"""What the model writes as it learns (issue 25): the validation samples (a fixed set of articles, drawn without
+"""What the model writes as it learns (issue 25): the validation examples (a fixed set of articles, drawn without
 touching the training RNG), the training-step statistics, and table4's examples."""
 import json
 import statistics
@@ -19,7 +19,7 @@ from test_scripts import load_script
 from test_train import compose_run, logged
 from models.text.batch import Example
 from models.text.ngrams import distinct_ngram_ratio
-from trainer.samples import choose_articles, sample_rows
+from trainer.examples import choose_articles, example_rows
 from trainer.train import run
 
 
@@ -63,7 +63,7 @@ def test_distinct_trigram_ratio_by_hand():
     assert float(ratio) == pytest.approx(4 / 6)  # distinct: 567 675 756 678
 
 
-# ---------------------------------------------------------------- the validation samples
+# ---------------------------------------------------------------- the validation examples
 
 def examples(ids: list[str]) -> list[Example]:
     return [Example(i, ["w"], [["w", "."]]) for i in ids]
@@ -88,7 +88,7 @@ def test_the_articles_are_the_same_for_every_data_order(tmp_path):
 
 
 class TokensPerHundred(Reward):
-    name, needs_reference = "length", False  # the name of a built-in field of the samples
+    name, needs_reference = "length", False  # the name of a built-in field of the examples
 
     def __call__(self, inputs):
         return inputs.hyp_lens.float() / 100
@@ -106,15 +106,15 @@ class CountedRougeL(RougeL):
         return super().__call__(inputs)
 
 
-def test_sample_rows_score_the_greedy_summary_and_the_training_sample_leaves_the_rng_alone():
+def test_example_rows_score_the_greedy_summary_and_the_training_sample_leaves_the_rng_alone():
     module, batch = tiny_module(reward=CountedRougeL())
     module.metrics = {"length": TokensPerHundred()}
     labelled = batch.index_select([i for i in range(len(batch)) if batch.has_reference[i]])
     module.model.eval()
     module.beam["max_len"] = 8
     with torch.no_grad():
-        rows = sample_rows(module, labelled, module.validation_step(labelled, 0))
-        assert module.reward.calls == [len(labelled)]  # validation scores the batch once; the samples reuse it
+        rows = example_rows(module, labelled, module.validation_step(labelled, 0))
+        assert module.reward.calls == [len(labelled)]  # validation scores the batch once; the examples reuse it
         plain = greedy(module.model, module.model.encode(labelled), 8)
         state = torch.get_rng_state()
         draw = module.objective.training_samples
@@ -138,27 +138,27 @@ def test_sample_rows_score_the_greedy_summary_and_the_training_sample_leaves_the
 
 
 MIXED = ["reward=rouge_l", "trainer.val_check_interval=3", "test=false", "threads=1", "stages.mixed.lr=1e-3",
-         "module.samples_to_log=4"]
+         "module.examples_to_log=4"]
 
 
 def sample_ids(run_dir: Path) -> dict[int, list[str]]:
     return {int(p.stem.removeprefix("step_")): [json.loads(line)["id"] for line in p.open()]
-            for p in (run_dir / "samples").glob("step_*.jsonl")}
+            for p in (run_dir / "examples").glob("step_*.jsonl")}
 
 
 @pytest.mark.slow
-def test_samples_stay_across_a_resume_and_data_orders_and_leave_training_alone(tmp_path):
+def test_examples_stay_across_a_resume_and_data_orders_and_leave_training_alone(tmp_path):
     run(compose_run(tmp_path, "mle", ["reward=mle", "trainer.max_steps=20", "test=false", "threads=1"]))
     start = f"mle_checkpoint={tmp_path / 'mle' / 'checkpoints' / 'best.ckpt'}"
     run(compose_run(tmp_path, "a", [*MIXED, start, "trainer.max_steps=6"]))
     last = tmp_path / "a" / "checkpoints" / "last.ckpt"
     run(compose_run(tmp_path, "a", [*MIXED, start, "trainer.max_steps=9", f"ckpt_path={last}"]))
     run(compose_run(tmp_path, "other_order", [*MIXED, start, "trainer.max_steps=3", "data.shuffle_seed=1"]))
-    run(compose_run(tmp_path, "off", [*MIXED, start, "trainer.max_steps=6", "module.samples_to_log=0"]))
+    run(compose_run(tmp_path, "off", [*MIXED, start, "trainer.max_steps=6", "module.examples_to_log=0"]))
     resumed, other = sample_ids(tmp_path / "a"), sample_ids(tmp_path / "other_order")
     assert sorted(resumed) == [0, 3, 6, 9] and sorted(other) == [0, 3]
     assert len({tuple(ids) for ids in [*resumed.values(), *other.values()]}) == 1 and len(resumed[0]) == 4
-    assert not (tmp_path / "off" / "samples").exists()
+    assert not (tmp_path / "off" / "examples").exists()
     assert logged(tmp_path / "a", "train/loss") == logged(tmp_path / "off", "train/loss")  # exactly
 
 
