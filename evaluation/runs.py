@@ -16,7 +16,11 @@ from rewards.configs import instantiate_or_refuse
 from trainer.checkpoints import SELECTOR_STAGE
 from trainer.evaluate import ROW_NAMES, SHAPE_KEYS, table_record
 from trainer.folders import check_writable
-from trainer.settings import SettingsError
+
+
+class EvaluationRefused(ValueError):
+    """Runs that cannot be read as a table, or not compared honestly (seeds that differ in more than their seed,
+    baselines decoded otherwise, ...): the commands report it in one line."""
 
 
 @dataclass
@@ -86,7 +90,7 @@ def find_runs(paths: list[Path], prog: str = "table4") -> list[Path]:
     runs = []
     for path in paths:
         if not path.is_dir():
-            raise SystemExit(f"{prog}: {path} is not a directory (give run directories or sweep folders)")
+            raise EvaluationRefused(f"{path} is not a directory (give run directories or sweep folders)")
         if is_run(path):
             runs.append(path)
             continue
@@ -96,7 +100,7 @@ def find_runs(paths: list[Path], prog: str = "table4") -> list[Path]:
         if not children:
             sweeps = sorted((p for p in path.iterdir() if p.is_dir() and runs_below(p)), key=lambda p: p.name)
             if not sweeps:
-                raise SystemExit(f"{prog}: no run directories (with config.yaml) under {path}")
+                raise EvaluationRefused(f"no run directories (with config.yaml) under {path}")
             print(f"{prog}: using the newest sweep {sweeps[-1]}", file=sys.stderr)
             children = runs_below(sweeps[-1])
         runs.extend(children)
@@ -134,7 +138,7 @@ def check_seeds_differ_only(runs: list[Run]) -> None:
         (other, a), b = first[run.row], flat_settings(run.path)
         differ = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k) and k.split(".")[-1] not in SEED_KEYS)
         if differ:
-            raise SystemExit(f"table4: {run.row!r} would pool seeds {other.seed} and {run.seed}, whose settings differ "
+            raise EvaluationRefused(f"{run.row!r} would pool seeds {other.seed} and {run.seed}, whose settings differ "
                              f"in {', '.join(differ[:8])}{', …' if len(differ) > 8 else ''} ({other.path} and "
                              f"{run.path}): give table4 runs that differ in their seed only")
 
@@ -146,7 +150,7 @@ def check_decoded_alike(pairs: dict[Path, Run]) -> None:
         a, b = ({k: v for k, v in flat_settings(p).items() if k.startswith("module.beam.")} for p in (base.path, path))
         differ = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
         if differ:
-            raise SystemExit(f"table4: {path} was tested with another decoder than its baseline {base.path} "
+            raise EvaluationRefused(f"{path} was tested with another decoder than its baseline {base.path} "
                              f"({', '.join(f'{k}: {b.get(k)} against {a.get(k)}' for k in differ[:4])}): test both "
                              "with one decoder (train=false init_from=<checkpoint> module.beam...=...)")
 
@@ -154,10 +158,7 @@ def check_decoded_alike(pairs: dict[Path, Run]) -> None:
 def writable(out: Path) -> Path:
     """The --out folder, made now (`check_writable`, as a run's folder is): one that cannot be written would fail after
     all the scoring."""
-    try:
-        check_writable(out, "--out")
-    except SettingsError as error:
-        raise SystemExit(f"table4: {error}") from None
+    check_writable(out, "--out")  # a SettingsError, which a command line reports in one line
     return out
 
 
@@ -173,7 +174,7 @@ def pair_with_baselines(runs: list[Run], baseline: str) -> dict[Path, Run]:
     for run in runs:
         other = seen.setdefault((run.row, run.seed), run)
         if other is not run:
-            raise SystemExit(f"table4: {other.path} and {run.path} are both {run.row!r} with seed {run.seed}: "
+            raise EvaluationRefused(f"{other.path} and {run.path} are both {run.row!r} with seed {run.seed}: "
                              "runs that share a row must be seeds of one grid; give table4 one of them")
     baseline = baseline_row(runs, baseline)
     bases = [run for run in runs if run.row == baseline]
@@ -185,13 +186,13 @@ def pair_with_baselines(runs: list[Run], baseline: str) -> dict[Path, Run]:
         if run.lineage:
             start = next((by_id[i] for i in reversed(run.lineage) if i in by_id), None)
             if start is None:
-                raise SystemExit(f"table4: {run.path} descends from runs {', '.join(run.lineage)} (it started from "
+                raise EvaluationRefused(f"{run.path} descends from runs {', '.join(run.lineage)} (it started from "
                                  f"{run.init_from}), none of which is a {baseline} run given: add the run it started "
                                  "from")
         else:
             same_seed = [b for b in bases if b.seed == run.seed]
             if len(same_seed) != 1:
-                raise SystemExit(f"table4: {run.path} records no starting run, and there is no {baseline} run of "
+                raise EvaluationRefused(f"{run.path} records no starting run, and there is no {baseline} run of "
                                  f"its seed ({run.seed}) to compare it with")
             start = same_seed[0]
         pairs[run.path] = start
@@ -214,7 +215,7 @@ def tested(runs: list[Run]) -> list[Run]:
         else:
             done.append(run)
     if not done:
-        raise SystemExit("table4: none of the runs given has test results (summaries.jsonl)")
+        raise EvaluationRefused("none of the runs given has test results (summaries.jsonl)")
     return done
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from evaluation.runs import Run, read_summaries
+from evaluation.runs import EvaluationRefused, Run, read_summaries
 from models.text.vocab import split_at_sentence_ends
 from trainer.evaluate import SHAPE_KEYS, evaluate, mean_shape, summary_shape
 
@@ -35,12 +35,12 @@ def score_run(run: Run, metrics: dict, decoder: str = "beam") -> tuple[dict[str,
             for scores, value in zip(per_example, stored):
                 scores[key] = value
         elif key in metrics:  # summaries.jsonl has no article to score it with
-            raise SystemExit(f"table4: {key} reads the article, which {path} does not keep, and that run's test did "
+            raise EvaluationRefused(f"{key} reads the article, which {path} does not keep, and that run's test did "
                              f"not score it: test the run with it (train=false init_from=<its checkpoint> "
                              f"'+reward@metrics.{key}={key}'), or leave {key} out of --metrics")
     by_id = dict(zip((r["id"] for r in rows), per_example))
     if len(by_id) != len(rows):
-        raise SystemExit(f"table4: {path} repeats article ids ({len(rows) - len(by_id)} duplicate rows)")
+        raise EvaluationRefused(f"{path} repeats article ids ({len(rows) - len(by_id)} duplicate rows)")
     return {"n": len(rows), **means}, by_id
 
 

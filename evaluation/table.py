@@ -11,7 +11,7 @@ from pathlib import Path
 from evaluation.comparisons import Comparison, best_row, compare_rows, compare_with_control, interval_fields
 from evaluation.reports import (SHAPE_HEADERS, examples_block, greedy_report, plot_differences, significance_report,
                                 validation_evidence, write_results_csv)
-from evaluation.runs import Run, baseline_row, runs_caption
+from evaluation.runs import EvaluationRefused, Run, baseline_row, runs_caption
 from evaluation.scoring import lead3_row, row_means, score_run
 from models.text.records import write_text
 from rewards.base import Reward
@@ -63,7 +63,7 @@ def make_table4(runs: list[Run], pairs: dict[Path, Run], metrics: dict[str, Rewa
             comparisons = compare_rows(rows, pairs, scores, [k for k in results[baseline] if k not in ("n", "seeds")],
                                        resamples, seed)
         except ValueError as error:
-            raise SystemExit(f"table4: {error}") from error
+            raise EvaluationRefused(str(error)) from error
         control = compare_with_control(rows, scores, own, resamples, seed)
         report += "\n\n" + significance_report(results, comparisons, baseline, own, headers, seeds, resamples,
                                                  seed, control)

@@ -35,9 +35,11 @@ class InputError(ValueError):
 
 def user_errors() -> tuple[type[Exception], ...]:
     """What a command line reports as one line instead of a traceback: sumrl-train's refusals (DataError: a bad,
-    missing or undecodable file), a flag that cannot serve, an override Hydra cannot read."""
-    from trainer.settings import REFUSALS  # Lightning: imported once an error needs sorting, not for --help
-    return (InputError, *REFUSALS, ConfigCompositionException, OverrideParseException)
+    missing or undecodable file), runs table4 cannot compare, a flag that cannot serve, an override Hydra cannot
+    read."""
+    from evaluation.runs import EvaluationRefused  # Lightning: imported once an error needs sorting, not for --help
+    from trainer.settings import REFUSALS
+    return (InputError, *REFUSALS, EvaluationRefused, ConfigCompositionException, OverrideParseException)
 
 
 def command(main: Callable[[], Any]) -> Callable[[], None]:

@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO))
 
 from models.text.records import csv_rows, write_text  # noqa: E402
 from rewards.configs import compose_rewards  # noqa: E402
-from scripts.cli import add_config_dir_argument  # noqa: E402
+from scripts.cli import add_config_dir_argument, command  # noqa: E402
 from evaluation.comparisons import LEVEL, format_interval  # noqa: E402
 from evaluation.runs import Run, find_runs  # noqa: E402
 from evaluation.scoring import score_run  # noqa: E402
@@ -121,5 +121,7 @@ def main(argv: list[str] | None = None) -> None:
     write_text(args.out / "compare.md", report + "\n")
 
 
+cli = command(main)  # bad input is one line, not a traceback
+
 if __name__ == "__main__":
-    main()
+    cli()

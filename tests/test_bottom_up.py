@@ -162,10 +162,10 @@ def test_selector_run_validates_tests_and_checkpoints(selector_run):
 def test_table4_leaves_a_selector_run_out_as_what_it_is(selector_run, capsys):
     """A content selector's run records no Table 4 row, and table4 names it as a selector, not an unfinished run."""
     from omegaconf import OmegaConf
-    from evaluation.runs import Run, tested
+    from evaluation.runs import EvaluationRefused, Run, tested
     run_dir, _ = selector_run
     assert "table" not in OmegaConf.load(run_dir / "config.yaml")
-    with pytest.raises(SystemExit, match="none of the runs given has test results"):
+    with pytest.raises(EvaluationRefused, match="none of the runs given has test results"):
         tested([Run.read(run_dir)])
     said = capsys.readouterr().err
     assert "a content selector (model=content_selector), not a summarizer" in said and "resume" not in said

@@ -22,8 +22,10 @@ from rewards.mover import SentenceMoverSimilarity, SentenceWordMoverSimilarity, 
 from rewards.rouge import RougeL
 from test_scripts import load_script, write_jsonl
 from rewards.length import LengthOnly
+from evaluation.runs import EvaluationRefused
 from evaluation.significance import (Interval, at_equal_length, paired_bootstrap, paired_differences,
                                      pooled_bootstrap)
+from trainer.settings import SettingsError
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -323,7 +325,7 @@ def test_table4_without_mle_prints_means_only(grid, tmp_path, capsys):
 
 def test_table4_refuses_runs_on_different_articles(grid, tmp_path):
     write_run(tmp_path, "mle", ["a b ."] * 3, ["a b ."] * 3)
-    with pytest.raises(SystemExit, match=r"'Mixed w/ WMS': 27 article ids differ"):
+    with pytest.raises(EvaluationRefused, match=r"'Mixed w/ WMS': 27 article ids differ"):
         load_script("table4").main([str(tmp_path / "mle"), str(grid / "wms"), "--metrics", "--out", str(tmp_path)])
 
 
@@ -504,7 +506,7 @@ def test_table4_refuses_to_pool_runs_whose_settings_differ_beyond_the_seed(seed_
         shutil.copytree(seed_grid / f"seed_{seed}", tmp_path / f"sweep{seed}" / f"seed_{seed}")
         config = tmp_path / f"sweep{seed}" / f"seed_{seed}" / "rouge_l" / "config.yaml"
         config.write_text(config.read_text() + f"stages:\n  mixed:\n    lr: {lr}\n    steps: {steps}\n")
-    with pytest.raises(SystemExit, match=r"^table4: 'Mixed w/ ROUGE-L' would pool seeds 0 and 1, whose settings differ "
+    with pytest.raises(EvaluationRefused, match=r"^'Mixed w/ ROUGE-L' would pool seeds 0 and 1, whose settings differ "
                                          r"in stages\.mixed\.lr, stages\.mixed\.steps \(.*sweep0/seed_0/rouge_l and "
                                          r".*sweep1/seed_1/rouge_l\): give table4 runs that differ in their seed only$"):
         load_script("table4").main([str(tmp_path / "sweep0"), str(tmp_path / "sweep1"), "--metrics", "--out",
@@ -529,7 +531,7 @@ def test_table4_pairs_a_run_with_a_retest_of_its_start(seed_grid, tmp_path, caps
                                 "--out", str(tmp_path)])
     assert "- Mixed w/ ROUGE-L on ROUGE-L" in capsys.readouterr().out
     (tmp_path / "retest" / "config.yaml").write_text("run_name: mle\nseed: 0\nrun_id: t1\nlineage: [cc1]\ntrain: false\n")
-    with pytest.raises(SystemExit, match=r"rouge_l descends from runs mle0 .* none of which is a MLE\+Pgen"):
+    with pytest.raises(EvaluationRefused, match=r"rouge_l descends from runs mle0 .* none of which is a MLE\+Pgen"):
         load_script("table4").main([str(tmp_path / "retest"), str(seed_grid / "seed_0" / "rouge_l"), "--metrics",
                                     "--out", str(tmp_path)])
 
@@ -538,14 +540,14 @@ def test_table4_refuses_a_run_whose_start_is_not_given(seed_grid, tmp_path):
     """The issue's case: a mixed run started from one MLE run, given beside another MLE run of the same seed."""
     shutil.copytree(seed_grid / "seed_0" / "mle", tmp_path / "other_mle")
     (tmp_path / "other_mle" / "config.yaml").write_text(run_config("mle", seed=0, run_id="cc1", lineage=[]))
-    with pytest.raises(SystemExit, match=r"rouge_l descends from runs mle0 .* none of which is a MLE\+Pgen"):
+    with pytest.raises(EvaluationRefused, match=r"rouge_l descends from runs mle0 .* none of which is a MLE\+Pgen"):
         load_script("table4").main([str(tmp_path / "other_mle"), str(seed_grid / "seed_0" / "rouge_l"), "--metrics",
                                     "--out", str(tmp_path)])
 
 
 def test_table4_refuses_two_runs_of_one_name_and_seed(seed_grid, tmp_path):
     shutil.copytree(seed_grid / "seed_0" / "mle", tmp_path / "cc1")
-    with pytest.raises(SystemExit, match=r"seed_0/mle and .*cc1 are both 'MLE\+Pgen \(no reward\)' with seed 0"):
+    with pytest.raises(EvaluationRefused, match=r"seed_0/mle and .*cc1 are both 'MLE\+Pgen \(no reward\)' with seed 0"):
         load_script("table4").main([str(seed_grid / "seed_0" / "mle"), str(tmp_path / "cc1"),
                                     str(seed_grid / "seed_0" / "rouge_l"), "--metrics", "--out", str(tmp_path)])
 
@@ -580,7 +582,7 @@ def test_table4_refuses_a_row_tested_with_another_decoder_than_its_baseline(grid
     (tmp_path / "runs" / "mle" / "config.yaml").write_text(
         (tmp_path / "runs" / "mle" / "config.yaml").read_text() + "module:\n  beam: {beam_size: 5, max_len: 100}\n")
     monkeypatch.setattr("evaluation.table.score_run", scoring_is_not_reached)
-    with pytest.raises(SystemExit, match=r"wms was tested with another decoder than its baseline .*mle "
+    with pytest.raises(EvaluationRefused, match=r"wms was tested with another decoder than its baseline .*mle "
                                          r"\(module.beam.beam_size: 2 against 5\)"):
         load_script("table4").main([str(tmp_path / "runs"), "--metrics", "--out", str(tmp_path)])
 
@@ -599,7 +601,7 @@ def test_table4_refuses_an_out_folder_it_cannot_write_before_any_scoring(grid, t
     table4 = load_script("table4")
     monkeypatch.setattr("evaluation.table.score_run", scoring_is_not_reached)
     (tmp_path / "a_file").write_text("")
-    with pytest.raises(SystemExit, match=rf"^table4: --out: cannot write to {tmp_path / 'a_file' / 'out'} \("):
+    with pytest.raises(SettingsError, match=rf"^--out: cannot write to {tmp_path / 'a_file' / 'out'} \("):
         table4.main([str(grid), "--metrics", "--out", str(tmp_path / "a_file" / "out")])
 
 
@@ -617,9 +619,12 @@ def test_table4_names_a_malformed_config_or_summaries_file_in_one_line(grid, tmp
         table4.cli()
 
 
-def test_table4_names_a_missing_path(tmp_path):
-    with pytest.raises(SystemExit, match=r"table4: .*nowhere is not a directory"):
+def test_table4_names_a_missing_path(tmp_path, monkeypatch):
+    with pytest.raises(EvaluationRefused, match=r".*nowhere is not a directory"):
         load_script("table4").main([str(tmp_path / "nowhere"), "--metrics"])
+    monkeypatch.setattr(sys, "argv", ["sumrl-table4", str(tmp_path / "nowhere"), "--metrics"])
+    with pytest.raises(SystemExit, match=rf"^error: {tmp_path / 'nowhere'} is not a directory \(give run directories"):
+        load_script("table4").cli()  # the console command: one line
 
 
 def test_demo_robustness_counts_grids_whose_whole_diagonal_is_significant(tmp_path, capsys):
@@ -721,7 +726,7 @@ def test_table4_refuses_to_score_an_article_reading_metric_without_the_article(t
         write_jsonl(tmp_path / "runs" / name / "summaries.jsonl", [
             {"id": "a0", "summary": "a b .", "reference": "a b c .",
              "scores": {} if stored is None else {"overlap": stored}}])
-    with pytest.raises(SystemExit, match=r"table4: overlap reads the article, which .*rouge_l/summaries.jsonl does "
+    with pytest.raises(EvaluationRefused, match=r"^overlap reads the article, which .*rouge_l/summaries.jsonl does "
                                          r"not keep"):
         load_script("table4").main([str(tmp_path / "runs"), "--metrics", "overlap", "--config-dir",
                                     str(tmp_path / "my_conf"), "--resamples", "20", "--out", str(tmp_path)])
@@ -746,7 +751,7 @@ def test_compare_sweeps_names_itself_and_refuses_one_sweep_given_as_both(tmp_pat
     with pytest.raises(SystemExit, match=rf"^compare_sweeps: --a and --b both give {tmp_path / 'a'}/seed_0/rouge_l: "
                                          "compare two sweeps$"):
         compare_sweeps.main(["--a", str(tmp_path / "a"), "--b", str(tmp_path / "a"), "--out", str(tmp_path / "out")])
-    with pytest.raises(SystemExit, match=r"^compare_sweeps: .*nowhere is not a directory"):
+    with pytest.raises(EvaluationRefused, match=r".*nowhere is not a directory"):
         compare_sweeps.main(["--a", str(tmp_path / "nowhere"), "--b", str(tmp_path / "a"), "--out", str(tmp_path)])
 
 
