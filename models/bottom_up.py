@@ -13,8 +13,10 @@ from torch import Tensor, nn
 
 from models.pointer_generator import BiLSTMEncoder, EncoderOutput, PointerGenerator, PointerGeneratorConfig
 from models.text.batch import Batch
-from models.text.vectors import word_vectors
+from models.text.pretrained import load_pretrained
+from models.text.vectors import minilm_path, word_vectors
 from models.text.vocab import Vocabulary
+
 
 def selection_labels(source: list[str], reference: list[str]) -> list[int]:
     """1 for each source token inside a span copied from the reference, else 0 (Gehrmann et al. 2018, §3).
@@ -57,6 +59,54 @@ def selection_targets(batch: Batch) -> tuple[Tensor, Tensor]:
     return labels, batch.src_mask & batch.has_reference[:, None]
 
 
+class ContextualFeatures:
+    """Each source word's vector from a frozen pretrained encoder, as Gehrmann et al.'s selector read ELMo's: the mean
+    of its wordpieces' last hidden states (all-MiniLM-L6-v2 by default, installed offline); words past
+    `max_wordpieces` get zeros. Not a module of the selector, so no optimizer, DDP wrapper or checkpoint sees it. The
+    encoder is frozen, so an article's vectors never change: they are kept by article id (bf16), and an epoch after
+    the first encodes nothing. `cpu_bf16`: on a CPU the encoder reads under bf16 autocast."""
+
+    def __init__(self, name: str = "minilm", max_wordpieces: int = 512, cpu_bf16: bool = True):
+        self.tokenizer, self.encoder = load_pretrained(minilm_path() if name == "minilm" else name, "AutoModel",
+                                                       "content selector encoder")
+        self.encoder.eval().requires_grad_(False)
+        self.size: int = self.encoder.config.hidden_size
+        self.max_wordpieces, self.cpu_bf16 = max_wordpieces, cpu_bf16
+        self.kept: dict[tuple[str, int], Tensor] = {}
+
+    def __call__(self, batch: Batch) -> Tensor:
+        """The batch's word vectors [B, S, F], float32, zeros on padding."""
+        keys = [(article, len(source)) for article, source in zip(batch.ids, batch.sources)]
+        new = [i for i, key in enumerate(keys) if key not in self.kept]
+        if new:
+            for i, vectors in zip(new, self.encode([batch.sources[i] for i in new], batch.device)):
+                self.kept[keys[i]] = vectors
+        out = torch.zeros(*batch.src.shape, self.size, device=batch.device)
+        for i, key in enumerate(keys):
+            vectors = self.kept[key]
+            out[i, :len(vectors)] = vectors.to(out)
+        return out
+
+    def encode(self, sources: list[list[str]], device: torch.device) -> list[Tensor]:
+        """Each article's word vectors [n_words, F] (bf16)."""
+        if next(self.encoder.parameters()).device != device:
+            self.encoder.to(device)
+        pieces = self.tokenizer(sources, is_split_into_words=True, truncation=True, max_length=self.max_wordpieces,
+                                padding=True, return_tensors="pt")
+        with torch.inference_mode(), torch.autocast(device.type, torch.bfloat16,
+                                                    enabled=self.cpu_bf16 and device.type == "cpu"):
+            hidden = self.encoder(**{k: v.to(device) for k, v in pieces.items()}).last_hidden_state.float()  # [b, W, F]
+        vectors = []
+        for j, source in enumerate(sources):
+            word = torch.tensor([-1 if w is None else w for w in pieces.word_ids(j)], device=device)  # [W]
+            inside = word >= 0  # not [CLS], [SEP] or padding
+            sums = torch.zeros(len(source), self.size, device=device).index_add_(0, word[inside], hidden[j][inside])
+            counts = torch.zeros(len(source), device=device).index_add_(0, word[inside], torch.ones_like(word[inside],
+                                                                                                     dtype=torch.float))
+            vectors.append((sums / counts.clamp(min=1)[:, None]).to(torch.bfloat16))
+        return vectors
+
+
 @dataclass
 class ContentSelectorConfig:
     vocab_size: int = 50_000
@@ -65,30 +115,36 @@ class ContentSelectorConfig:
     layers: int = 2
     dropout: float = 0.0
     pad_id: int = Vocabulary.pad_id
+    contextual: str | None = None  # "minilm" or a transformers model folder: its word vectors join the embeddings
 
 
 class ContentSelector(nn.Module):
-    """A tagger over source tokens: embeddings, a bidirectional LSTM, and one logit per token (selected or not)."""
+    """A tagger over source tokens: embeddings (beside them, with `contextual`, a frozen encoder's word vectors:
+    `ContextualFeatures`), a bidirectional LSTM, and one logit per token (selected or not)."""
 
     def __init__(self, config: ContentSelectorConfig):
         super().__init__()
         self.config = cfg = config
         self.embedding = nn.Embedding(cfg.vocab_size, cfg.emb_dim, padding_idx=cfg.pad_id)
-        self.encoder = BiLSTMEncoder(cfg.emb_dim, cfg.hidden_dim, cfg.layers, cfg.dropout)
+        self.contextual = ContextualFeatures(cfg.contextual) if cfg.contextual else None
+        width = cfg.emb_dim + (self.contextual.size if self.contextual is not None else 0)
+        self.encoder = BiLSTMEncoder(width, cfg.hidden_dim, cfg.layers, cfg.dropout)
         self.dropout = nn.Dropout(cfg.dropout)
         self.out = nn.Linear(2 * cfg.hidden_dim, 1)
 
-    def forward(self, src: Tensor, src_mask: Tensor) -> Tensor:
-        """src [B, S] vocabulary ids, src_mask [B, S] True on real tokens (right-padded) -> logits [B, S]; the
-        logits of padding positions mean nothing."""
-        lengths = src_mask.sum(1).clamp(min=1)  # an empty row runs one (pad) step rather than none
-        x = self.dropout(self.embedding(src))  # [B, S, E]
-        h, _, _ = self.encoder(x, lengths)  # [B, S, 2H]
+    def forward(self, batch: Batch) -> Tensor:
+        """The batch's source tokens (`src` [B, S], right-padded, `src_mask` [B, S]) -> logits [B, S]; the logits of
+        padding positions mean nothing."""
+        lengths = batch.src_mask.sum(1).clamp(min=1)  # an empty row runs one (pad) step rather than none
+        x = self.embedding(batch.src)  # [B, S, E]
+        if self.contextual is not None:
+            x = torch.cat([x, self.contextual(batch)], dim=-1)  # [B, S, E + F]
+        h, _, _ = self.encoder(self.dropout(x), lengths)  # [B, S, 2H]
         return self.out(self.dropout(h)).squeeze(-1)  # [B, S]
 
-    def probabilities(self, src: Tensor, src_mask: Tensor) -> Tensor:
+    def probabilities(self, batch: Batch) -> Tensor:
         """The selection probability of each source token [B, S], 0 on padding."""
-        return torch.sigmoid(self(src, src_mask)) * src_mask
+        return torch.sigmoid(self(batch)) * batch.src_mask
 
 
 def copy_glove(embedding: nn.Embedding, vocab: Vocabulary) -> int:
@@ -160,7 +216,7 @@ class BottomUp(MaskedCopy):
         if next(selector.parameters()).device != batch.device:
             selector.to(batch.device)
         with torch.inference_mode():
-            return selector.probabilities(batch.src, batch.src_mask)
+            return selector.probabilities(batch)
 
 
 class OracleCopy(MaskedCopy):

@@ -29,7 +29,7 @@ from models.text.vectors import minilm_path
 from rewards.base import Display, Reward, RewardInput
 from rewards.correlation import correlation
 from rewards.embeddings import STOPWORDS
-from rewards.pretrained import load_pretrained
+from models.text.pretrained import load_pretrained
 
 CHECKPOINT = "ls_score.pt"
 SIMILARITIES = ("cosine", "precision", "recall", "f1")  # what S is: LSConfig.similarity

@@ -31,7 +31,7 @@ from models.text.vectors import glove_words
 from models.text.vocab import split_sentences
 from rewards.base import Display, Reward, RewardInput
 from rewards.embeddings import is_content_word
-from rewards.pretrained import load_pretrained
+from models.text.pretrained import load_pretrained
 
 MASK = "[MASK]"
 

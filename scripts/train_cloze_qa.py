@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models.text.batch import Example  # noqa: E402
 from models.text.vectors import minilm_path  # noqa: E402
 from models.text.vocab import as_text  # noqa: E402
-from rewards.pretrained import load_pretrained  # noqa: E402
+from models.text.pretrained import load_pretrained  # noqa: E402
 from rewards.qa import MASK, ClozeQuestion, ClozeQuestions, ExtractiveQA, SalientSpans  # noqa: E402
 from scripts.cli import command, load_splits, positive_int, seeded  # noqa: E402
 

@@ -9,7 +9,8 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from conftest import write_selector_checkpoint
-from models.bottom_up import BottomUp, ContentSelector, ContentSelectorConfig, OracleCopy, copy_glove, selection_labels
+from models.bottom_up import (BottomUp, ContentSelector, ContentSelectorConfig, ContextualFeatures, OracleCopy,
+                              copy_glove, selection_labels)
 from models.pointer_generator import PointerGenerator, PointerGeneratorConfig
 from models.text.vectors import word_vectors
 from test_decoding import toy_corpus, toy_vocab
@@ -48,15 +49,61 @@ def test_labels_take_the_longest_span_and_label_each_span_once():
 
 def test_selector_shapes_and_padding():
     torch.manual_seed(0)
-    model = ContentSelector(ContentSelectorConfig(vocab_size=20, emb_dim=8, hidden_dim=6)).eval()
-    src = torch.tensor([[4, 5, 6, 7, 8], [9, 10, 11, 0, 0], [0, 0, 0, 0, 0]])
-    mask = src != 0
-    logits = model(src, mask)
-    probs = model.probabilities(src, mask)
-    assert logits.shape == probs.shape == (3, 5)
+    vocab = toy_vocab()
+    model = ContentSelector(ContentSelectorConfig(vocab_size=len(vocab), emb_dim=8, hidden_dim=6)).eval()
+    examples = toy_corpus(3)
+    batch = collate(examples, vocab)
+    logits, probs = model(batch), model.probabilities(batch)
+    assert logits.shape == probs.shape == batch.src.shape
+    mask = batch.src_mask
     assert (probs[~mask] == 0).all() and ((probs[mask] > 0) & (probs[mask] < 1)).all()
-    # padding changes nothing on the real tokens: the short row alone, unpadded, gives the same logits
-    assert torch.allclose(logits[1, :3], model(src[1:2, :3], mask[1:2, :3])[0], atol=1e-6)
+    # padding changes nothing on the real tokens: the shortest article alone, unpadded, gives the same logits
+    short = min(range(3), key=lambda i: len(examples[i].source))
+    n = len(examples[short].source)
+    assert n < batch.src.size(1)
+    assert torch.allclose(logits[short, :n], model(collate([examples[short]], vocab))[0], atol=1e-6)
+
+
+def contextual_batch(tiny_qa_model, sources: list[str]) -> tuple[ContextualFeatures, Batch]:
+    words = [text.split() for text in sources]
+    vocab = Vocabulary.build(words, 100)
+    return (ContextualFeatures(tiny_qa_model, cpu_bf16=False),
+            collate([Example(f"a{i}", w, [w[:2]]) for i, w in enumerate(words)], vocab))
+
+
+def test_a_words_contextual_vector_is_the_mean_of_its_wordpieces(tiny_qa_model, monkeypatch):
+    """Against the encoder read directly: "zorblax" is in the tiny vocabulary whole, "quimbey" too, "xqz" splits into
+    three wordpieces; an article past `max_wordpieces` leaves its last words at zero."""
+    features, batch = contextual_batch(tiny_qa_model, ["the cat xqz sat .", "police said xqz"])
+    got = features(batch)  # [2, 5, 32]
+    pieces = features.tokenizer(["the cat xqz sat ."], return_tensors="pt")
+    tokens = features.tokenizer.convert_ids_to_tokens(pieces["input_ids"][0])
+    assert tokens == ["[CLS]", "the", "cat", "x", "##q", "##z", "sat", ".", "[SEP]"]
+    with torch.no_grad():
+        hidden = features.encoder(**pieces).last_hidden_state[0]
+    assert torch.allclose(got[0, 1], hidden[2], atol=1e-2)  # bf16 storage: 2-3 significant digits
+    assert torch.allclose(got[0, 2], hidden[3:6].mean(0), atol=1e-2)
+    assert (got[1, 3:] == 0).all() and (got[1, :3] != 0).any(-1).all()  # padding
+    calls = []
+    monkeypatch.setattr(features, "encode", lambda *a: calls.append(a) or [])
+    assert torch.equal(features(batch), got) and not calls  # kept by article: the frozen encoder reads it once
+    features.max_wordpieces, features.kept = 5, {}  # [CLS] the cat x ##q [SEP]: "xqz" is cut, "sat" and "." lost
+    monkeypatch.undo()
+    cut = features(batch)[0]
+    assert (cut[3:] == 0).all() and (cut[:3] != 0).any(-1).all()
+
+
+def test_a_contextual_selector_trains_its_head_only_and_checkpoints_without_the_encoder(tiny_qa_model):
+    _, batch = contextual_batch(tiny_qa_model, ["the cat sat .", "police said"])
+    selector = ContentSelector(ContentSelectorConfig(100, emb_dim=4, hidden_dim=4, contextual=tiny_qa_model))
+    encoder = selector.contextual.encoder
+    assert not set(map(id, encoder.parameters())) & set(map(id, selector.parameters()))
+    assert not any(key.startswith("contextual") for key in selector.state_dict())
+    assert selector.encoder.fw[0].input_size == 4 + 32  # the embedding and the encoder's word vector
+    before = {k: v.clone() for k, v in encoder.state_dict().items()}
+    selector.probabilities(batch).sum().backward()
+    assert all(p.grad is None for p in encoder.parameters())
+    assert all(torch.equal(before[k], v) for k, v in encoder.state_dict().items())
 
 
 def test_glove_fills_the_rows_of_the_words_it_has():
@@ -95,7 +142,7 @@ def test_a_tiny_selector_learns_the_toy_corpus():
         optimizer.step()
     held_out = collate(toy_corpus(32, seed=1), vocab)
     with torch.no_grad():
-        probs = module.model.eval().probabilities(held_out.src, held_out.src_mask)
+        probs = module.model.eval().probabilities(held_out)
     scores, labels = [], []
     for row, (source, reference) in enumerate(zip(held_out.sources, held_out.references)):
         scores += probs[row, :len(source)].tolist()
@@ -113,7 +160,7 @@ def test_module_metrics_agree_with_a_hand_computed_case(tmp_path):
     probs = torch.tensor([[0.9, 0.4, 0.6, 0.2], [0.3, 0.1, 0.7, 0.99], [0.99] * 4])
 
     class Fixed(torch.nn.Module):
-        def forward(self, src, src_mask):
+        def forward(self, batch):
             return torch.logit(probs)
 
     module = ContentSelectorModule(Fixed(), vocab, partial(torch.optim.Adam), threshold=0.5, output_dir=str(tmp_path))
@@ -206,7 +253,7 @@ def test_bottom_up_weights_are_a_pointer_generators(tmp_path):
 def test_bottom_up_masks_below_the_threshold(tmp_path):
     for renormalize in (False, True):
         model, batch = bottom_up(tmp_path, renormalize=renormalize)
-        probs = model.selector.probabilities(batch.src, batch.src_mask)
+        probs = model.selector.probabilities(batch)
         model.threshold = float(probs[batch.src_mask].median())  # the random selector keeps about half the tokens
         with torch.no_grad():
             enc = model.encode(batch)

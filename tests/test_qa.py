@@ -111,7 +111,7 @@ def test_a_half_precision_checkpoint_reads_with_fp32_weights(tiny_qa_model, tmp_
 
 def test_loading_a_frozen_network_draws_no_progress_bar_and_leaves_the_users_setting(tiny_qa_model, capsys):
     from transformers.utils import logging as hf_logging
-    from rewards.pretrained import load_pretrained
+    from models.text.pretrained import load_pretrained
     load_pretrained(tiny_qa_model, "AutoModelForQuestionAnswering", "QA model")
     assert "Loading weights" not in capsys.readouterr().err
     assert hf_logging.is_progress_bar_enabled()  # as it was

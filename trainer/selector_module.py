@@ -55,7 +55,7 @@ class ContentSelectorModule(pl.LightningModule):
     def _forward(self, batch: Batch) -> tuple[Tensor, Tensor, Tensor]:
         """(mean BCE, probabilities, labels) over the tokens that count, the latter two flat [N]."""
         labels, counted = selection_targets(batch)
-        logits = self.model(batch.src, batch.src_mask)[counted]
+        logits = self.model(batch)[counted]
         loss = F.binary_cross_entropy_with_logits(logits, labels[counted])
         return loss, torch.sigmoid(logits), labels[counted]
 

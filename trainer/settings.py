@@ -16,7 +16,7 @@ from models.text.extras import MissingExtra
 from models.text.records import DataError
 from rewards.base import NotAReward
 from rewards.configs import ConfigRefused, RewardConfigError
-from rewards.pretrained import PretrainedNotFound
+from models.text.pretrained import PretrainedNotFound
 from trainer.checkpoints import CheckpointError
 from trainer.data import SummarizationData
 from trainer.module import SummarizationModule

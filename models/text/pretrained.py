@@ -1,4 +1,5 @@
-"""The transformers networks that rewards read with (QA, LS-Score): one loader, a local directory or a hub name."""
+"""The transformers networks sumrl reads with (the QA rewards, LS-Score, the contextual content selector): one loader,
+a local directory or a hub name."""
 from __future__ import annotations
 
 from pathlib import Path
