@@ -19,7 +19,7 @@ from models.text.vocab import Vocabulary
 from trainer.checkpoints import checkpoint_info, load_content_selector
 from trainer.module import SummarizationModule
 from trainer.selector_module import ContentSelectorModule
-from trainer.train import run
+from trainer.run import run
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -76,7 +76,7 @@ def test_an_mle_stage_trains_on_while_its_decodes_repeat(tmp_path):
     """In a run: above the share the stage runs to its steps; at 1 (any decodes end it) it ends at min_steps, and
     the steps before are the same."""
     from test_train import compose_run
-    from trainer.train import run
+    from trainer.run import run
     settings = ["reward=mle", "stages.mle.steps=30", "stages.mle.min_steps=20",
                 "test=false", "threads=1"]
     run(compose_run(tmp_path, "on", [*settings, "stages.mle.repeats_below=0.000001"]))
@@ -96,7 +96,7 @@ def test_an_integer_val_every_counts_steps_across_epochs(tmp_path):
     """TINY's epoch is 17 batches: validations at 12, 24, 36, where Lightning's default (each epoch's batch 12) gave
     12 and 29, and an interval past an epoch's end a traceback."""
     from test_train import compose_run
-    from trainer.train import run
+    from trainer.run import run
     run(compose_run(tmp_path, "steps", ["reward=mle", "trainer.val_check_interval=12", "stages.mle.steps=36",
                                         "test=false", "threads=1"]))
     assert [row["step"] for row in csv.DictReader((tmp_path / "steps" / "val_curve.csv").open())] == ["12", "24", "36"]

@@ -20,7 +20,7 @@ from test_train import compose_run, logged
 from models.text.batch import Example
 from models.text.ngrams import distinct_ngram_ratio
 from trainer.examples import choose_articles, example_rows
-from trainer.train import run
+from trainer.run import run
 
 
 # ---------------------------------------------------------------- training-step statistics

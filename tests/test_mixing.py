@@ -24,7 +24,7 @@ from trainer.objectives import objective_for
 from trainer.schedules import Constant
 from trainer.sources import Fields, LocalFile
 from trainer.settings import SettingsError
-from trainer.train import run
+from trainer.run import run
 
 from test_resume import losses
 from test_train import ROOT, compose_run, logged

@@ -22,8 +22,9 @@ from omegaconf import DictConfig, OmegaConf
 from trainer.checkpoints import AtomicCheckpointIO, BestCheckpoint, CheckpointError, LatestCheckpoint
 from trainer.module import SummarizationModule
 from trainer.folders import ATTEMPT, RunFolders
+from evaluation.runs import EvaluationRefused
 from trainer.settings import SettingsError, check_settings
-from trainer.train import run
+from trainer.run import run
 
 from test_scripts import load_script
 from test_train import ROOT, TINY, compose_run, freeze_weights, global_step
@@ -201,7 +202,7 @@ def test_a_run_that_fails_before_its_first_step_can_start_again_with_a_corrected
 def test_settings_that_cannot_work_are_refused_before_any_work(tmp_path, monkeypatch):
     def built(cfg):
         raise AssertionError("the data and model were built before the settings were checked")
-    monkeypatch.setattr("trainer.train.build", built)
+    monkeypatch.setattr("trainer.run.build", built)
     refused = {"stages.mle.lr=-1": r"optimizer.lr=-1 \(stages.mle.lr\): a learning rate cannot be negative",
                "trainer.max_steps=0": "trainer.max_steps=0 trains nothing",
                "seed=foo": "seed='foo': give a whole number",  # Lightning's int() failed after the run folder existed
@@ -235,7 +236,7 @@ def test_a_mixed_run_that_would_never_train_is_refused_before_any_work(tmp_path,
     # each ran, exited 0 and was tabulated as a trained run (Δ +0.0000 the only hint)
     def built(cfg):
         raise AssertionError("the data and model were built before the settings were checked")
-    monkeypatch.setattr("trainer.train.build", built)
+    monkeypatch.setattr("trainer.run.build", built)
     start = f"mle_checkpoint={tmp_path / 'mle' / 'checkpoints' / 'best.ckpt'}"
     with pytest.raises(SettingsError, match=message):
         run(compose_run(tmp_path, "mixed", [start, "trainer.max_steps=4", "trainer.val_check_interval=2", *overrides]))
@@ -692,7 +693,7 @@ def test_table4_leaves_a_run_stopped_in_its_test_as_it_is(tmp_path, capsys):
     config = tmp_path / "mle" / "config.yaml"  # as a kill in the test leaves the run: tested, without results
     config.write_text(config.read_text().replace("\ntest: false\n", "\ntest: true\n"))
     before = files(tmp_path / "mle")
-    with pytest.raises(SystemExit, match="none of the runs given has test results"):
+    with pytest.raises(EvaluationRefused, match="none of the runs given has test results"):
         load_script("table4").main([str(tmp_path / "mle"), "--metrics", "--out", str(tmp_path)])
     assert files(tmp_path / "mle") == before
     last = tmp_path / "mle" / "checkpoints" / "last.ckpt"

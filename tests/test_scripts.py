@@ -309,7 +309,7 @@ def test_each_command_names_itself_in_its_help(script, command, capsys):
 
 def test_help_and_a_bad_flag_answer_before_torch_is_imported():
     """Before: every command's --help imported torch, Lightning and nltk first (6-10 s of CPU); now they load after
-    the flags are parsed. One process runs all five, as five consoles would (each from a fresh import)."""
+    the flags are parsed. One process runs all six, sumrl-train's Hydra help last, as six consoles would."""
     probe = ("import sys\n"
              "for name in ('summarize', 'score', 'correlate', 'table4', 'export'):\n"
              "    module = __import__(f'scripts.{name}', fromlist=['main'])\n"
@@ -318,6 +318,11 @@ def test_help_and_a_bad_flag_answer_before_torch_is_imported():
              "            module.main(flags)\n"
              "        except SystemExit:\n"
              "            pass\n"
+             "sys.argv = ['sumrl-train', '--help']\n"
+             "try:\n"
+             "    __import__('trainer.train', fromlist=['main']).main()\n"
+             "except SystemExit:\n"
+             "    pass\n"
              "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'pytorch_lightning', 'nltk', 'transformers'}))\n")
     done = subprocess.run([sys.executable, "-c", probe], cwd=SCRIPTS.parent, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

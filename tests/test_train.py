@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from test_scripts import load_script
 from trainer.checkpoints import CheckpointError
 from trainer.module import SummarizationModule
-from trainer.train import run
+from trainer.run import run
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["data=demo", "data.train.n=300", "data.val_sample_size=16", "data.test_size=12", "data.eval_batch_size=16",

@@ -255,7 +255,7 @@ def load_model_weights(model: torch.nn.Module, path: str | Path, vocab: Vocabula
 
 def load_content_selector(path: str | Path) -> ContentSelector:
     """A trained content selector from its checkpoint, frozen (eval mode, no gradients), for `model=bottom_up`;
-    `checkpoint_path` says where it came from, so that `trainer.train.build` checks its vocabulary against the run's."""
+    `checkpoint_path` says where it came from, so that `trainer.run.build` checks its vocabulary against the run's."""
     path = Path(path).expanduser()
     info = checkpoint_info(path)
     if info.get("stage") != SELECTOR_STAGE:

@@ -16,9 +16,17 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
-from pytorch_lightning.utilities import rank_zero_only
 
-from trainer.settings import SettingsError, run_dir_of
+
+class SettingsError(ValueError):
+    """A setting that cannot work, refused before training starts (`trainer.settings` holds the checks; the class is
+    here, below them, so that the command line's entry imports neither torch nor Lightning)."""
+
+
+def run_dir_of(ckpt_path: str) -> Path:
+    """`<run>/checkpoints/<name>.ckpt` → `<run>`."""
+    return Path(ckpt_path).expanduser().resolve().parent.parent
+
 
 # A resumed run continues in its own directory: hydra.run.dir follows ckpt_path (conf/train.yaml).
 OmegaConf.register_new_resolver("run_dir_of", lambda ckpt, default: str(run_dir_of(ckpt)) if ckpt else default,
@@ -55,6 +63,7 @@ def holds_a_run(folder: Path) -> bool:
 def check_run_dir(cfg: DictConfig) -> None:
     """A new run gets a fresh directory (a second sweep into the same folder would start from the first sweep's
     MLE model); a resume continues its own directory, with the settings it was started with."""
+    from pytorch_lightning.utilities import rank_zero_only  # Lightning: not for the entry's --help
     out = Path(cfg.output_dir).expanduser().resolve()
     last = out / "checkpoints" / "last.ckpt"
     if cfg.ckpt_path:

@@ -9,16 +9,18 @@ import re
 import sys
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
-from pytorch_lightning.loggers import WandbLogger
 
 from models.text.records import write_text
+
+if TYPE_CHECKING:  # Lightning is imported where a logger is made: a Hydra callback here loads for --help too
+    from pytorch_lightning.loggers import WandbLogger
 
 
 def has_wandb_credentials() -> bool:
@@ -56,6 +58,7 @@ def wandb_logger(project: str = "sumrl", save_dir: str = ".", offline: bool | No
     if offline:
         os.environ["WANDB_MODE"] = "offline"  # never prompt for a login
     os.environ.setdefault("WANDB_INIT_TIMEOUT", "20")  # wandb's own 90 s, then a traceback, without a network
+    from pytorch_lightning.loggers import WandbLogger
     logger = WandbLogger(project=project, save_dir=save_dir, offline=offline, id=run_id(save_dir), resume="allow",
                          **{"group": sweep_of_this_job(), **kwargs})
     logger._wandb_init.pop("anonymous", None)  # Lightning passes None, which wandb >= 0.19 warns about at each start

@@ -35,7 +35,7 @@ class SummarizationModule(pl.LightningModule):
     """Orchestrates a summarizer's training, validation and test. What it trains toward is its `objective`
     (`trainer.objectives`: MLE, or γ·L_RL + (1−γ)·L_MLE with self-critical RL under a reward), built from its config
     node with Hydra's `_partial_` and completed here with `unlabelled_fraction` (the data's share of articles without a
-    reference, passed by `trainer.train.build`). `beam` is the test's decoder; validation and test's greedy decodes
+    reference, passed by `trainer.run.build`). `beam` is the test's decoder; validation and test's greedy decodes
     stop at its `max_len` too."""
 
     def __init__(self, model: torch.nn.Module, vocab: Vocabulary, optimizer: Callable[..., torch.optim.Optimizer],
@@ -64,7 +64,7 @@ class SummarizationModule(pl.LightningModule):
         self._steps_taken = self._steps_skipped = 0  # this fit's training steps with a finite loss, and without
         self.rouge_l = RougeL()
         self._test_summaries: list[dict] = []
-        # what checkpoints record of the run, set by `trainer.train.build`: its id and lineage (`provenance`), and how
+        # what checkpoints record of the run, set by `trainer.run.build`: its id and lineage (`provenance`), and how
         # the data read its text (`data_reading`)
         self.provenance: dict[str, Any] = {}
         self.reading: dict[str, Any] = {}

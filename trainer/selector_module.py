@@ -41,7 +41,7 @@ class ContentSelectorModule(pl.LightningModule):
                      len(vocab))
         self.model, self.vocab, self.optimizer_factory = model, vocab, optimizer
         self.threshold, self.output_dir = threshold, Path(output_dir)
-        self.reading: dict[str, Any] = {}  # how the data read its text (`data_reading`, set by `trainer.train.build`)
+        self.reading: dict[str, Any] = {}  # how the data read its text (`data_reading`, set by `trainer.run.build`)
         metrics = MetricCollection({"precision": BinaryPrecision(threshold), "recall": BinaryRecall(threshold),
                                     "f1": BinaryF1Score(threshold), "auc": BinaryAUROC()})
         self.val_metrics = metrics.clone(prefix="val/selection_")

@@ -13,12 +13,13 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from models.text.extras import MissingExtra
+from models.text.pretrained import PretrainedNotFound
 from models.text.records import DataError
 from rewards.base import NotAReward
 from rewards.configs import ConfigRefused, RewardConfigError
-from models.text.pretrained import PretrainedNotFound
 from trainer.checkpoints import CheckpointError
 from trainer.data import SummarizationData
+from trainer.folders import SettingsError, run_dir_of
 from trainer.module import SummarizationModule
 
 RESUME_KEYS = ("seed", "stage", "data", "model", "optimizer", "module", "trainer")  # a resume must not change these
@@ -36,19 +37,10 @@ def resumed_settings(tree: dict) -> dict:
             for key, value in ((k, tree.get(k)) for k in RESUME_KEYS)}
 
 
-class SettingsError(ValueError):
-    """A setting that cannot work, refused before training starts."""
-
-
 # What sumrl-train ends with as one line (status 1) instead of a traceback: settings, data, configs and checkpoints
 # that cannot serve, and a run stopped by non-finite losses. Anything else is a defect, and keeps its traceback.
 REFUSALS = (SettingsError, CheckpointError, DataError, RewardConfigError, ConfigRefused, PretrainedNotFound, NotAReward,
             FloatingPointError, MissingExtra)
-
-
-def run_dir_of(ckpt_path: str) -> Path:
-    """`<run>/checkpoints/<name>.ckpt` → `<run>`."""
-    return Path(ckpt_path).expanduser().resolve().parent.parent
 
 
 def differences(saved: Any, current: Any, key: str = "") -> list[tuple[str, Any, Any]]:
