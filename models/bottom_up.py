@@ -101,9 +101,8 @@ class ContextualFeatures:
             word = torch.tensor([-1 if w is None else w for w in pieces.word_ids(j)], device=device)  # [W]
             inside = word >= 0  # not [CLS], [SEP] or padding
             sums = torch.zeros(len(source), self.size, device=device).index_add_(0, word[inside], hidden[j][inside])
-            counts = torch.zeros(len(source), device=device).index_add_(0, word[inside], torch.ones_like(word[inside],
-                                                                                                     dtype=torch.float))
-            vectors.append((sums / counts.clamp(min=1)[:, None]).to(torch.bfloat16))
+            counts = torch.bincount(word[inside], minlength=len(source)).clamp(min=1)  # a word past the cut: 0 / 1
+            vectors.append((sums / counts[:, None]).to(torch.bfloat16))
         return vectors
 
 

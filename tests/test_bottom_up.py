@@ -72,8 +72,8 @@ def contextual_batch(tiny_qa_model, sources: list[str]) -> tuple[ContextualFeatu
 
 
 def test_a_words_contextual_vector_is_the_mean_of_its_wordpieces(tiny_qa_model, monkeypatch):
-    """Against the encoder read directly: "zorblax" is in the tiny vocabulary whole, "quimbey" too, "xqz" splits into
-    three wordpieces; an article past `max_wordpieces` leaves its last words at zero."""
+    """Against the encoder read directly: "cat" is one wordpiece of the tiny vocabulary, "xqz" three; an article past
+    `max_wordpieces` leaves its last words at zero."""
     features, batch = contextual_batch(tiny_qa_model, ["the cat xqz sat .", "police said xqz"])
     got = features(batch)  # [2, 5, 32]
     pieces = features.tokenizer(["the cat xqz sat ."], return_tensors="pt")

@@ -44,6 +44,6 @@ def test_the_extending_example_runs_as_printed(tmp_path):
     assert "| Mixed w/ Length |" in done.stdout and "Mixed w/ Length on Length: " in done.stdout
     # the start of the mixed run says what it trains on; the unpenalised reward is logged beside the penalised one
     assert "training reward length × the share of its summary's trigrams that are not repeats" in done.stdout
-    samples = sorted((tmp_path / "multirun" / "length").glob("*/length/examples/step_*.jsonl"))
-    rows = [json.loads(line) for path in samples for line in path.read_text().splitlines()]
-    assert len(samples) == 3 and all(0 <= row["reward"] <= row["reward/unpenalized"] for row in rows)
+    examples = sorted((tmp_path / "multirun" / "length").glob("*/length/examples/step_*.jsonl"))
+    rows = [json.loads(line) for path in examples for line in path.read_text().splitlines()]
+    assert len(examples) == 3 and all(0 <= row["reward"] <= row["reward/unpenalized"] for row in rows)
