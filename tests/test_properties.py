@@ -156,7 +156,7 @@ SUMMARY_LINES = st.one_of(
 @READS
 @given(lines=st.lists(SUMMARY_LINES, max_size=5))
 def test_table4_reads_any_summaries_file_as_written_or_names_its_bad_line(tmp_path, lines):
-    from evaluation.runs import Run, read_summaries
+    from evaluation.runs import EvaluationRefused, Run, read_summaries
     from evaluation.scoring import score_run
     path = tmp_path / "summaries.jsonl"
     content = b"\n".join(lines)
@@ -170,8 +170,8 @@ def test_table4_reads_any_summaries_file_as_written_or_names_its_bad_line(tmp_pa
     assert rows == [{key: row[key] for key in ("id", "summary", "reference", "scores")} for row in written]
     try:  # scored as table4 scores it: its means, or a refusal of repeated ids
         means, _ = score_run(Run(tmp_path, "run", "row"), {})
-    except SystemExit as stop:
-        assert str(stop.code).startswith(f"table4: {path} repeats article ids"), stop.code
+    except EvaluationRefused as refusal:
+        assert str(refusal).startswith(f"{path} repeats article ids"), refusal
         return
     assert means["n"] == len(rows) and 0 <= means["rougeL"] <= 100
 
