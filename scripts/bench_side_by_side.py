@@ -21,10 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from scripts.cli import positive_int
 
-from scripts.cli import positive_int  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def command(overrides: list[str], threads: int, seed: int, folder: Path, steps: int, test: str | None) -> list[str]:

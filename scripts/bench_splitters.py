@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import sys
 import time
 from itertools import islice
 from pathlib import Path
@@ -23,9 +22,7 @@ from typing import Callable
 
 from nltk.tokenize.treebank import TreebankWordDetokenizer
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from models.text.vocab import split_at_punctuation, split_at_sentence_ends, split_sentences  # noqa: E402
+from models.text.vocab import split_at_punctuation, split_at_sentence_ends, split_sentences
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "cnndm_see2017_test.jsonl"
 

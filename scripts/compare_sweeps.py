@@ -12,25 +12,21 @@ runs both started from, kept in A) are left out.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
 from omegaconf import OmegaConf
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from models.text.records import csv_rows, write_text  # noqa: E402
-from rewards.configs import compose_rewards  # noqa: E402
-from scripts.cli import add_config_dir_argument, command  # noqa: E402
-from evaluation.comparisons import LEVEL, format_interval  # noqa: E402
-from evaluation.runs import Run, find_runs  # noqa: E402
-from evaluation.scoring import score_run  # noqa: E402
-from trainer.evaluate import TEST_ROUGE  # noqa: E402
-from evaluation.significance import paired_bootstrap, paired_differences, pooled_bootstrap  # noqa: E402
-from trainer.tables import markdown_table  # noqa: E402
+from models.text.records import csv_rows, write_text
+from rewards.configs import compose_rewards
+from scripts.cli import add_config_dir_argument, command
+from evaluation.comparisons import LEVEL, format_interval
+from evaluation.runs import Run, find_runs
+from evaluation.scoring import score_run
+from trainer.evaluate import TEST_ROUGE
+from evaluation.significance import paired_bootstrap, paired_differences, pooled_bootstrap
+from trainer.tables import markdown_table
 
 
 def runs_by_key(folders: list[Path]) -> dict[tuple[str, int | None], Run]:

@@ -27,11 +27,10 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from models.text.records import write_text
+from trainer.tables import markdown_table
 
-from models.text.records import write_text  # noqa: E402
-from trainer.tables import markdown_table  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 REWARDS = ("rouge_l", "wms", "sms", "s_wms")
 

@@ -21,19 +21,17 @@ import math
 import os
 import random
 import re
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from models.text.batch import Example  # noqa: E402
-from models.text.vectors import minilm_path  # noqa: E402
-from models.text.vocab import as_text  # noqa: E402
-from models.text.pretrained import load_pretrained  # noqa: E402
-from rewards.qa import MASK, ClozeQuestion, ClozeQuestions, ExtractiveQA, SalientSpans  # noqa: E402
-from scripts.cli import command, load_splits, positive_int, seeded  # noqa: E402
+from models.text.batch import Example
+from models.text.vectors import minilm_path
+from models.text.vocab import as_text
+from models.text.pretrained import load_pretrained
+from rewards.qa import MASK, ClozeQuestion, ClozeQuestions, ExtractiveQA, SalientSpans
+from scripts.cli import command, load_splits, positive_int, seeded
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -39,20 +39,18 @@ import math
 import os
 import random
 import shutil
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from models.text.batch import Example  # noqa: E402
-from models.text.vocab import split_at_sentence_ends  # noqa: E402
-from rewards.ls_score import (CHECKPOINT, KINDS, SIMILARITIES, LSConfig, LSScorer, Negatives,  # noqa: E402
+from models.text.batch import Example
+from models.text.vocab import split_at_sentence_ends
+from rewards.ls_score import (CHECKPOINT, KINDS, SIMILARITIES, LSConfig, LSScorer, Negatives,
                               dev_correlations, lexicon, load_encoder, ranking_loss, read_dev, tokenize_batch)
-from scripts.cli import command, load_splits, non_negative_float, positive_int, seeded  # noqa: E402
-from trainer.sources import read_id_list  # noqa: E402
+from scripts.cli import command, load_splits, non_negative_float, positive_int, seeded
+from trainer.sources import read_id_list
 
 HELD_OUT = "cnndm_see2017_test_heldout_overlap.tsv"
 # the checkpoint is chosen by its mean Spearman on these (under the data directory): the content recipe (GUIDE)

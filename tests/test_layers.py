@@ -65,3 +65,20 @@ def test_an_upward_import_is_caught():
     assert upward_imports("from models.decoding import greedy", "models.text.batch") == ["1: models.decoding"]
     assert upward_imports("from .. import decoding", "models.text.batch") == ["1: models"]
     assert upward_imports("from rewards.rouge import RougeL", "trainer.module") == []
+
+
+def edits_sys_path(source: str) -> list[int]:
+    """Lines that change `sys.path`: an installed package's modules import each other without it."""
+    return [node.lineno for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name)
+            and node.value.id == "sys"]
+
+
+@pytest.mark.parametrize("module,path", modules(), ids=[m for m, _ in modules()])
+def test_no_module_edits_sys_path(module, path):
+    assert edits_sys_path(path.read_text(encoding="utf-8")) == []
+
+
+def test_a_sys_path_edit_is_caught():
+    assert edits_sys_path("import sys\nfrom pathlib import Path\nsys.path.insert(0, str(Path('.')))\n") == [3]
+    assert edits_sys_path("import os\nos.path.join('a', 'b')\n") == []
