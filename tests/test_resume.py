@@ -261,6 +261,14 @@ def test_a_grid_experiment_run_alone_is_not_refused_over_an_mle_checkpoint_the_u
                                             f"mle_checkpoint={other}"], monkeypatch))
 
 
+def test_an_experiments_mandatory_setting_left_unset_is_named_before_work(tmp_path, monkeypatch):
+    # scialom_table2_sample's mle_checkpoint reads news_grid (???): unset, the run ended in OmegaConf's traceback
+    overrides = ["experiment=scialom_table2_sample", "reward=rouge_l", f"output_dir={tmp_path}"]
+    with pytest.raises(SettingsError, match=r"^news_grid is not set: give news_grid=<value>"):
+        check_settings(composed_with_hydra(overrides, monkeypatch))
+    check_settings(composed_with_hydra([*overrides, f"news_grid={tmp_path}"], monkeypatch))
+
+
 def test_the_run_folder_check_reads_the_folders_name_and_refuses_an_unwritable_one(tmp_path, monkeypatch):
     # The folder's name reads the reward (${hydra:runtime.choices.reward}) before Hydra sets its config: every start
     # into the default folder, every resume too, warned "HydraConfig was not set" and skipped the check.

@@ -54,6 +54,9 @@ def differences(saved: Any, current: Any, key: str = "") -> list[tuple[str, Any,
 
 def check_settings(cfg: DictConfig) -> None:
     """Settings that cannot work, refused before any work starts (data, model, run folder)."""
+    for key in cfg:  # an experiment's `???` (experiment=scialom_table2_sample's news_grid, say) is the user's to give
+        if OmegaConf.is_missing(cfg, key):
+            raise SettingsError(f"{key} is not set: give {key}=<value> (the config marks it ???, for you to fill)")
     for key in ("seed", "threads"):
         value = cfg.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
