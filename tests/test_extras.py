@@ -30,6 +30,9 @@ def test_a_command_that_needs_a_missing_extra_ends_in_one_line(monkeypatch, caps
     # train_ls_score.py without the qa extra ended in a ModuleNotFoundError traceback whose message was right
     import importlib
     script = importlib.import_module("scripts.train_ls_score")
+    # what the data config loads, imported first as where transformers is absent: with it hidden from sys.modules
+    # while installed, torchmetrics' text metrics (imported by Lightning's) find it installed and fail to import it
+    importlib.import_module("trainer.data")
     monkeypatch.setitem(sys.modules, "transformers", None)
     monkeypatch.setattr(sys, "argv", ["train_ls_score.py", "--select-by", "accuracy", "--minutes", "0",
                                       "--data", "data=demo", "data.train.n=40", "--held-out", "/dev/null"])
