@@ -68,7 +68,7 @@ def test_an_upward_import_is_caught():
 
 
 def edits_sys_path(source: str) -> list[int]:
-    """Lines that change `sys.path`: an installed package's modules import each other without it."""
+    """Lines that read or change `sys.path`: an installed package's modules import each other without it."""
     return [node.lineno for node in ast.walk(ast.parse(source))
             if isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name)
             and node.value.id == "sys"]
