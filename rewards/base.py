@@ -177,6 +177,13 @@ def not_applicable(reward: Reward, values: Tensor, inputs: RewardInput) -> Tenso
     return values.isnan() | ~inputs.has_reference if reward.needs_reference else values.isnan()
 
 
+def outside_autocast(device: torch.device | str) -> torch.autocast:
+    """Where rewards score: in fp32 even under the trainer's bf16 autocast (`trainer.precision`), so that a metric's
+    value never depends on the precision the model runs at. A reward may still choose lower precision itself inside
+    (the QA rewards' `cpu_bf16`)."""
+    return torch.autocast(torch.device(device).type, enabled=False)
+
+
 def zero_where_not_applicable(reward: Reward, values: Tensor, inputs: RewardInput) -> Tensor:
     """The values, 0 where they do not apply (`torch.where`, not a product: NaN·0 is NaN)."""
     return torch.where(not_applicable(reward, values, inputs), torch.zeros_like(values), values)

@@ -8,7 +8,7 @@ from typing import Mapping, Sequence
 import torch
 
 from models.text.vocab import SENTENCE_END, Vocabulary, tokenize_sentences
-from rewards.base import Reward, RewardInput, not_applicable
+from rewards.base import Reward, RewardInput, not_applicable, outside_autocast
 from rewards.names import TOKENIZERS
 
 # TOKENIZERS: treebank, raw text, PTB-tokenized after sentence splitting (`tokenize_sentences(pretokenized=False)`);
@@ -80,7 +80,8 @@ def score_tokenized(rewards: Mapping[str, Reward], hypotheses: Sequence[list[lis
                                         None if srcs is None else srcs[window], device=device,
                                         source_texts=None if sources is None else list(sources[window]))
         for label, reward in rewards.items():
-            values = reward(inputs).double()
+            with outside_autocast(device):
+                values = reward(inputs).double()
             missing = not_applicable(reward, values, inputs).tolist()
             scores[label] += [None if m else v for v, m in zip(values.tolist(), missing)]
     return scores

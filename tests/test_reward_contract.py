@@ -68,3 +68,29 @@ def test_an_object_that_is_not_a_reward_is_refused_where_it_is_configured(tmp_pa
     module, _ = tiny_module()
     with pytest.raises(NotAReward, match=r"^metrics.plain: .*Plain is not a reward"):
         type(module)(module.model, module.vocab, optimizer=None, metrics={"plain": Plain()})
+
+
+class AutocastProbe(Reward):
+    """Records whether CPU autocast is on while it scores, and the dtype a matmul gives there."""
+
+    name, needs_reference = "probe", False
+
+    def __init__(self):
+        self.seen = []
+
+    def __call__(self, inputs: RewardInput) -> torch.Tensor:
+        x = torch.ones(len(inputs.hyp), 4)
+        self.seen.append((torch.is_autocast_enabled("cpu"), (x @ x.T).dtype))
+        return inputs.hyp_lens.float()
+
+
+def test_rewards_score_in_fp32_under_the_trainers_bf16_autocast():
+    """trainer.precision=bf16-mixed runs the steps under autocast; a reward's values must not depend on it: the
+    training step's rewards and the test's scoring (`score_tokenized`) both see autocast off."""
+    from rewards.scoring import score_tokenized
+    probe = AutocastProbe()
+    module, batch = tiny_module(probe)
+    with torch.autocast("cpu", torch.bfloat16):
+        module.training_step(batch, 0)
+        score_tokenized({"probe": probe}, [[["the", "cat"]]], [[["the", "cat"]]])
+    assert len(probe.seen) == 2 and probe.seen == [(False, torch.float32)] * 2

@@ -19,7 +19,7 @@ from models.decoding import Decoded, StepProcessor, rollout_rows, sample_and_gre
 from models.summarizer import Summarizer
 from models.text.batch import Batch
 from models.text.vocab import SENTENCE_END, Vocabulary, as_text
-from rewards.base import Reward, RewardInput, not_applicable, zero_where_not_applicable
+from rewards.base import Reward, RewardInput, not_applicable, outside_autocast, zero_where_not_applicable
 from trainer.evaluate import decoded_summaries
 from trainer.rl import (Baseline, GreedyBaseline, advantage_statistics, length_neutral_advantage, mixed_loss,
                         sample_statistics, self_critical_loss, term_statistics)
@@ -127,7 +127,8 @@ class SelfCritical:
     def scores(self, inputs: RewardInput) -> tuple[Tensor, dict[str, Tensor]]:
         """The training reward of each decoded row (with the repeat penalty where the config wraps it in one:
         `rewards.repeats`), and, for a sum of rewards, each term's values (for the log)."""
-        return self.reward(inputs), self.reward.term_values()
+        with outside_autocast(inputs.device):
+            return self.reward(inputs), self.reward.term_values()
 
     def rollouts(self, model: Summarizer, vocab: Vocabulary, batch: Batch, enc: Any,
                  generator: torch.Generator | None = None, timer: Timer = untimed) -> Rollouts:

@@ -31,6 +31,7 @@ from trainer.evaluate import results_table, table_record
 from trainer.folders import STARTED_WITH, check_run_dir, run_folder_lock
 from trainer.host_memory import keep_freed_memory
 from trainer.module import SummarizationModule
+import trainer.precision  # noqa: F401  (registers the resolver trainer.precision may name)
 from trainer.settings import SettingsError, check_resumed_settings, check_settings, check_unlabelled
 
 log = logging.getLogger(__name__)
