@@ -30,3 +30,12 @@ def test_the_news_grid_asks_for_it_and_lightning_takes_the_answer():
     assert OmegaConf.to_container(cfg.trainer)["precision"] == "${fast_precision:}"
     assert pl.Trainer(precision=cfg.trainer.precision, accelerator="cpu", logger=False).precision in ("bf16-mixed",
                                                                                                      "32-true")
+
+
+def test_the_command_line_registers_the_resolver_before_a_sweep_launches():
+    """Hydra's launcher gives each job the resolvers of the launching process: registered only inside a job, the
+    second job a worker ran failed (`Unsupported interpolation type fast_precision`)."""
+    import subprocess
+    import sys
+    check = "import trainer.train; from omegaconf import OmegaConf; assert OmegaConf.has_resolver('fast_precision')"
+    assert subprocess.run([sys.executable, "-c", check]).returncode == 0

@@ -7,6 +7,9 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+# Registered here, in the process that launches a sweep: Hydra's launchers hand every job this process's resolvers
+# (hydra.core.singleton), so a resolver registered only inside a job is gone from the next job in that worker.
+import trainer.precision  # noqa: F401
 from trainer.folders import with_saved_settings
 
 
