@@ -462,6 +462,21 @@ def test_a_requeued_run_resumes_from_its_last_checkpoint(tmp_path):
     assert sorted(losses(tmp_path / "job")) == list(range(6))
 
 
+def test_a_continued_sweeps_ended_run_keeps_its_results_and_one_given_more_steps_trains_and_tests_again(tmp_path,
+                                                                                                       capsys):
+    ended = ["reward=mle", "trainer.max_steps=10", "resume_if_exists=true"]
+    first = run(compose_run(tmp_path, "job", ended))
+    results = tmp_path / "job" / "results.json"
+    tested = results.stat().st_mtime_ns
+    capsys.readouterr()
+    assert run(compose_run(tmp_path, "job", ended)) == first
+    assert results.stat().st_mtime_ns == tested  # not tested again
+    assert "job (beam)" in capsys.readouterr().out  # its table, as a test prints it
+    run(compose_run(tmp_path, "job", ["reward=mle", "trainer.max_steps=20", "resume_if_exists=true"]))
+    assert global_step(tmp_path / "job" / "checkpoints" / "last.ckpt") == 20
+    assert results.stat().st_mtime_ns != tested
+
+
 @pytest.mark.slow
 def test_sigusr1_checkpoints_and_training_goes_on(tmp_path):
     run_dir = tmp_path / "usr1"

@@ -32,7 +32,8 @@ from trainer.folders import STARTED_WITH, check_run_dir, run_folder_lock
 from trainer.host_memory import keep_freed_memory
 from trainer.module import SummarizationModule
 import trainer.precision  # noqa: F401  (registers the resolver trainer.precision may name)
-from trainer.settings import SettingsError, check_resumed_settings, check_settings, check_unlabelled
+from trainer.settings import (SettingsError, check_resumed_settings, check_settings, check_unlabelled,
+                              ended_run)
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,13 @@ def train_and_test(cfg: DictConfig) -> dict:
         torch.set_num_threads(cfg.threads)
     if cfg.keep_freed_memory:
         keep_freed_memory()
+    ended = ended_run(cfg)
+    if ended is not None:  # a continued sweep's finished point keeps its results rather than testing again
+        log.info("%s ended and was tested with these settings: its results kept (delete %s to test it again)",
+                 cfg.output_dir, Path(cfg.output_dir) / "results.json")
+        results = json.loads((Path(cfg.output_dir) / "results.json").read_text())
+        show_results(cfg.run_name, results, ended.get("table", {}).get("columns", {}))
+        return results
     last = Path(cfg.output_dir) / "checkpoints" / "last.ckpt"
     if cfg.resume_if_exists and not cfg.ckpt_path and last.exists():  # a requeued cluster job picks up its run
         cfg.ckpt_path = str(last)
@@ -167,8 +175,13 @@ def train_and_test(cfg: DictConfig) -> dict:
     call_or_stop(trainer, "test", cfg, model=module, datamodule=data, ckpt_path=best or cfg.ckpt_path or None,
                  verbose=False)  # printed once, below
     results = json.loads((Path(cfg.output_dir) / "results.json").read_text())
-    rows = {cfg.run_name: {k: v for k, v in results.items() if k != "greedy"}}
-    if "greedy" in results:  # the greedy decodes without the test's rules, beside its beam (trainer.module.test_step)
-        rows = {f"{cfg.run_name} (beam)": rows[cfg.run_name], f"{cfg.run_name} (greedy)": results["greedy"]}
-    print(results_table(rows, cfg.table["columns"] if "table" in cfg else {}))  # a selector: its own keys
+    show_results(cfg.run_name, results, cfg.table["columns"] if "table" in cfg else {})  # a selector: its own keys
     return results
+
+
+def show_results(name: str, results: dict, columns: dict) -> None:
+    """The run's test results as a table on the console."""
+    rows = {name: {k: v for k, v in results.items() if k != "greedy"}}
+    if "greedy" in results:  # the greedy decodes without the test's rules, beside its beam (trainer.module.test_step)
+        rows = {f"{name} (beam)": rows[name], f"{name} (greedy)": results["greedy"]}
+    print(results_table(rows, columns))

@@ -132,6 +132,25 @@ def check_resumed_settings(cfg: DictConfig) -> None:
                             f"(ckpt_path=<its folder> alone resumes with them)")
 
 
+def ended_run(cfg: DictConfig) -> dict | None:
+    """The saved config of a run that `resume_if_exists` would only test again (a continued sweep's finished
+    point): its test's results are newer than its last checkpoint, and every setting is as it was started. Else
+    None: the run resumes, trains if it has steps left, and tests."""
+    out = Path(cfg.output_dir)
+    last, saved = out / "checkpoints" / "last.ckpt", out / "config.yaml"
+    written = [out / "results.json", out / "summaries.jsonl"]
+    if not (cfg.resume_if_exists and not cfg.ckpt_path and cfg.train and cfg.test and last.exists() and saved.exists()
+            and all(path.exists() for path in written)):
+        return None
+    if min(path.stat().st_mtime for path in written) < last.stat().st_mtime:
+        return None  # stopped after a checkpoint its test never saw
+    started = OmegaConf.to_container(OmegaConf.load(saved))
+    current = {key: value for key, value in OmegaConf.to_container(cfg, resolve=True).items()
+               if key not in ("resume_if_exists", "ckpt_path")}
+    # every current setting, test settings included (the saved record adds its provenance and table)
+    return started if not differences(current, started) else None
+
+
 def check_unlabelled(data: SummarizationData, module: SummarizationModule) -> None:
     """Articles without references train only a reward with a reference-free term: MLE and reference-based
     rewards would give them nothing, silently."""
