@@ -9,7 +9,6 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 import trainer.folders  # noqa: F401  (registers the resolvers conf/train.yaml names)
-import trainer.precision  # noqa: F401  (and conf/experiment's fast_precision)
 from conftest import write_selector_checkpoint
 from models.text.vocab import Vocabulary
 

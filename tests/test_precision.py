@@ -21,15 +21,19 @@ def test_a_cpu_run_takes_bf16_only_where_the_cpu_computes_it(monkeypatch, caplog
     assert ("neither" in said[0]) == (expected == "32-true")
 
 
-def test_the_news_grid_asks_for_it_and_lightning_takes_the_answer():
+def test_a_command_line_asks_for_it_and_lightning_takes_the_answer_while_the_news_grid_stays_fp32():
     from hydra import compose, initialize_config_module
     import pytorch_lightning as pl
-    with initialize_config_module("conf", version_base="1.3"):
-        cfg = compose("train", overrides=["experiment=cnndm_sample_grid", "reward=mle"], return_hydra_config=False)
     from omegaconf import OmegaConf
-    assert OmegaConf.to_container(cfg.trainer)["precision"] == "${fast_precision:}"
-    assert pl.Trainer(precision=cfg.trainer.precision, accelerator="cpu", logger=False).precision in ("bf16-mixed",
-                                                                                                     "32-true")
+    with initialize_config_module("conf", version_base="1.3"):
+        grid = compose("train", overrides=["experiment=cnndm_sample_grid", "reward=mle"])
+        asked = compose("train", overrides=["experiment=cnndm_sample_grid", "reward=mle",
+                                            "trainer.precision=${fast_precision:}"])
+    # bf16 left seed 0's WMS run at its start, where fp32's gained (docs/RESULTS.md): its table stays fp32's
+    assert grid.trainer.precision == "32-true"
+    assert OmegaConf.to_container(asked.trainer)["precision"] == "${fast_precision:}"
+    assert pl.Trainer(precision=asked.trainer.precision, accelerator="cpu", logger=False).precision in ("bf16-mixed",
+                                                                                                       "32-true")
 
 
 def test_the_command_line_registers_the_resolver_before_a_sweep_launches():

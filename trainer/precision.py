@@ -1,4 +1,4 @@
-"""`trainer.precision: ${fast_precision:}` (the news grid's setting): bf16 autocast where the hardware computes bf16
+"""`trainer.precision=${fast_precision:}`: bf16 autocast where the hardware computes bf16
 natively, fp32 elsewhere, said once in the run's log. Rewards score in fp32 either way (`rewards.base.outside_autocast`);
 the model's probabilities and losses are fp32 too (`models.pointer_generator`). Measured: scripts/bench_precision.py."""
 from __future__ import annotations
