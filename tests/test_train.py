@@ -261,6 +261,22 @@ def test_a_seed_sweep_runs_one_grid_per_seed_and_table4_pools_them(tmp_path, cap
     assert "2 seeds pooled" in report and " of 2 seeds significant: seed 0 " in report
 
 
+def test_a_plain_sweep_continued_with_resume_if_exists_finds_its_own_folders(tmp_path):
+    """The GUIDE's way to continue a sweep, on one without an experiment's `seed_<n>/<run_name>` folders: the points'
+    folders are named by their overrides, and `resume_if_exists=true` must not name new ones (it trained every point
+    again, beside the first)."""
+    sweep = tmp_path / "sweep"
+    command = [sys.executable, "-m", "trainer.train", "-m", "reward=mle", f"hydra.sweep.dir={sweep}", "data=demo",
+               "data.train.n=200", "data.test_size=8", "data.val_sample_size=8", "model=demo", "stages.mle.steps=4",
+               "stages.mle.val_every=2", "threads=1"]  # a few overrides: they name the folder
+    for extra in ([], ["resume_if_exists=true"]):
+        done = subprocess.run([*command, *extra], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "SUMRL_CACHE": str(tmp_path / "cache")})
+        assert done.returncode == 0, done.stderr[-3000:]
+    assert len([p for p in sweep.iterdir() if p.is_dir()]) == 1
+    assert "ended and was tested with these settings: its results kept" in done.stdout + done.stderr
+
+
 def test_a_sweep_stops_at_its_first_failed_point(tmp_path):
     """A failed MLE point must not let the reward points start from whatever it left (Hydra's basic sweeper would run
     them all, then raise): `hydra.sweeper.max_batch_size=1` launches one point at a time and stops at a failure."""
